@@ -1,0 +1,56 @@
+# rsub developer commands. `make demo` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv java demo test lint proto proto-check unit soak bench clean
+
+help:
+	@echo "make demo   - set up and run the local multi-region demo"
+	@echo "make test   - set up, lint and run the whole test suite"
+	@echo "make proto  - regenerate Python code from protos/"
+	@echo "make soak SECONDS=600 - run the protocol simulation for as long as asked"
+	@echo "make bench  - run the benchmarks under bench/"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Spark needs a JVM: use the machine's, install one with apt only when none is found.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		echo "java not found: installing a headless JDK with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless; }
+
+proto: $(STAMP)
+	$(BIN)/python protos/generate.py
+
+proto-check: $(STAMP)
+	$(BIN)/python protos/generate.py --check
+
+lint: $(STAMP) proto-check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: $(STAMP) java lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python -m sidecar.dev.demo
+
+soak: $(STAMP)
+	$(BIN)/python -m sidecar.sim.soak --seconds $${SECONDS:-600}
+
+bench: $(STAMP)
+	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
