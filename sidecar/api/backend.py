@@ -1,0 +1,170 @@
+"""The boundary between the API layer and the sidecar runtime.
+
+The runtime (which owns NATS, leadership and the protocol state) implements `SidecarBackend`;
+the gRPC server, the HTTP server and the tests only ever see this protocol and the frozen
+views below, never protobuf or NATS objects. Backend methods signal failures with the
+exceptions of `sidecar.api.errors`.
+
+Conventions: sequences are read-stream sequences of this region; times are Unix
+milliseconds; `None` means "never happened yet".
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class SubscriptionKind(StrEnum):
+    DURABLE = "durable"
+    """A JetStream durable consumer with `rsub.replicate: "true"` metadata."""
+    EXTERNAL = "external"
+    """A cursor committed through `commit_cursor` (for example by the Spark source)."""
+
+
+@dataclass(frozen=True)
+class AppliedUpdateView:
+    """The last update applied here for a subscription, from one other region."""
+
+    from_region: str
+    snapshot_id: str
+    position: int
+    applied_unix_ms: int
+
+
+@dataclass(frozen=True)
+class SubscriptionView:
+    stream: str
+    subscription: str
+    kind: SubscriptionKind
+    replicated: bool
+    mark_delete: int
+    """Every read-stream sequence <= mark_delete is consumed."""
+    mark_delete_read_unix_ms: int | None
+    last_snapshot_id: str | None
+    """The snapshot of the last update sent for the subscription."""
+    last_snapshot_local: int
+    last_update_sent_unix_ms: int | None
+    applied: tuple[AppliedUpdateView, ...]
+    cached_snapshots: int
+
+
+@dataclass(frozen=True)
+class SnapshotView:
+    id: str
+    stream: str
+    local_position: int
+    positions: Mapping[str, int]
+    """Position of the snapshot in each other region's read stream, by region."""
+    completed_unix_ms: int
+    duration_ms: int
+
+
+@dataclass(frozen=True)
+class SourceLinkView:
+    origin_region: str
+    active: bool
+    last_marker_age_ms: int | None
+    lag_messages: int
+
+
+@dataclass(frozen=True)
+class StreamStatusView:
+    stream: str
+    write_stream: str
+    read_stream: str
+    last_snapshot_age_ms: int | None
+    sources: tuple[SourceLinkView, ...]
+    replicated_subscriptions: int
+    snapshot_pending: bool
+
+
+@dataclass(frozen=True)
+class StatusView:
+    region: str
+    regions: tuple[str, ...]
+    leader: bool
+    epoch: int
+    connected: bool
+    streams: tuple[StreamStatusView, ...]
+    version: str
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What the sidecar needs before it serves: each flag names one condition."""
+
+    connected: bool
+    """Connected to the region's NATS cluster."""
+    topology_applied: bool
+    """Every configured stream's write/read streams exist as configured."""
+    leadership_known: bool
+    """The sidecar knows whether it leads (lease acquired, or another holder seen)."""
+
+    @property
+    def ready(self) -> bool:
+        return not self.missing()
+
+    def missing(self) -> list[str]:
+        """Names of the unmet conditions, in a stable order (empty when ready)."""
+        conditions = {
+            "nats_connection": self.connected,
+            "topology": self.topology_applied,
+            "leadership": self.leadership_known,
+        }
+        return [name for name, met in conditions.items() if not met]
+
+
+class SidecarBackend(Protocol):
+    """What the API layer needs from the sidecar runtime.
+
+    Reads (`status`, `get_*`, `list_*`, `watch_subscription`) must work on followers too.
+    Writes (`commit_cursor`, `trigger_snapshot`, `set_replicated`) raise `NotLeader` on a
+    follower; the API layer also checks `is_leader` before calling them. An unknown stream or
+    subscription raises `NotFound`; an operation impossible while NATS is down raises
+    `Unavailable`.
+    """
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def readiness(self) -> Readiness:
+        """Read often (health polling, every /readyz): must be cheap and never block."""
+        ...
+
+    async def status(self) -> StatusView: ...
+
+    async def get_subscription(self, stream: str, subscription: str) -> SubscriptionView: ...
+
+    async def list_subscriptions(self, stream: str) -> Sequence[SubscriptionView]: ...
+
+    async def list_snapshots(self, stream: str) -> Sequence[SnapshotView]:
+        """Snapshots still kept for the stream, oldest first."""
+        ...
+
+    def watch_subscription(self, stream: str, subscription: str) -> AsyncIterator[SubscriptionView]:
+        """Yield the current state at once, then the state after each change.
+
+        Raises `NotFound` (on the first iteration) for an unknown stream or subscription;
+        ends when the subscription is deleted.
+        """
+        ...
+
+    async def commit_cursor(self, stream: str, subscription: str, sequence: int) -> int:
+        """Move the external cursor forward to `sequence` (creating it when absent).
+
+        Returns the cursor after the commit: never lower than before, so a stale or repeated
+        commit (including `sequence == 0`) returns the current cursor unchanged.
+        """
+        ...
+
+    async def trigger_snapshot(self, stream: str) -> str:
+        """Start a snapshot now, whatever the interval; returns its id."""
+        ...
+
+    async def set_replicated(
+        self, stream: str, subscription: str, replicated: bool
+    ) -> SubscriptionView: ...

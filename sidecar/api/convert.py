@@ -1,0 +1,162 @@
+"""Conversions between the backend views and the protobuf messages of api.proto.
+
+The server converts views to messages; the CLI converts the messages it receives back to
+views, so both ends share one schema. On the wire, a missing time is 0 and a missing age is
+-1 (as api.proto documents); in views both are `None`.
+"""
+
+from __future__ import annotations
+
+from sidecar._gen.rsub.v1 import api_pb2
+from sidecar.api.backend import (
+    AppliedUpdateView,
+    SnapshotView,
+    SourceLinkView,
+    StatusView,
+    StreamStatusView,
+    SubscriptionKind,
+    SubscriptionView,
+)
+
+_NO_TIME = 0
+_NO_AGE = -1
+
+
+def _to_wire(value: int | None, missing: int) -> int:
+    return missing if value is None else value
+
+
+def _from_wire(value: int, missing: int) -> int | None:
+    return None if value == missing else value
+
+
+def subscription_to_proto(view: SubscriptionView) -> api_pb2.SubscriptionState:
+    return api_pb2.SubscriptionState(
+        stream=view.stream,
+        subscription=view.subscription,
+        kind=view.kind.value,
+        replicated=view.replicated,
+        mark_delete=view.mark_delete,
+        mark_delete_read_unix_ms=_to_wire(view.mark_delete_read_unix_ms, _NO_TIME),
+        last_snapshot_id=view.last_snapshot_id or "",
+        last_snapshot_local=view.last_snapshot_local,
+        last_update_sent_unix_ms=_to_wire(view.last_update_sent_unix_ms, _NO_TIME),
+        applied=[
+            api_pb2.AppliedUpdate(
+                from_region=a.from_region,
+                snapshot_id=a.snapshot_id,
+                position=a.position,
+                applied_unix_ms=a.applied_unix_ms,
+            )
+            for a in view.applied
+        ],
+        cached_snapshots=view.cached_snapshots,
+    )
+
+
+def subscription_from_proto(msg: api_pb2.SubscriptionState) -> SubscriptionView:
+    return SubscriptionView(
+        stream=msg.stream,
+        subscription=msg.subscription,
+        kind=SubscriptionKind(msg.kind),
+        replicated=msg.replicated,
+        mark_delete=msg.mark_delete,
+        mark_delete_read_unix_ms=_from_wire(msg.mark_delete_read_unix_ms, _NO_TIME),
+        last_snapshot_id=msg.last_snapshot_id or None,
+        last_snapshot_local=msg.last_snapshot_local,
+        last_update_sent_unix_ms=_from_wire(msg.last_update_sent_unix_ms, _NO_TIME),
+        applied=tuple(
+            AppliedUpdateView(
+                from_region=a.from_region,
+                snapshot_id=a.snapshot_id,
+                position=a.position,
+                applied_unix_ms=a.applied_unix_ms,
+            )
+            for a in msg.applied
+        ),
+        cached_snapshots=msg.cached_snapshots,
+    )
+
+
+def snapshot_to_proto(view: SnapshotView) -> api_pb2.SnapshotInfo:
+    return api_pb2.SnapshotInfo(
+        id=view.id,
+        stream=view.stream,
+        local_position=view.local_position,
+        positions=dict(view.positions),
+        completed_unix_ms=view.completed_unix_ms,
+        duration_ms=view.duration_ms,
+    )
+
+
+def snapshot_from_proto(msg: api_pb2.SnapshotInfo) -> SnapshotView:
+    return SnapshotView(
+        id=msg.id,
+        stream=msg.stream,
+        local_position=msg.local_position,
+        positions=dict(sorted(msg.positions.items())),
+        completed_unix_ms=msg.completed_unix_ms,
+        duration_ms=msg.duration_ms,
+    )
+
+
+def status_to_proto(view: StatusView) -> api_pb2.StatusResponse:
+    return api_pb2.StatusResponse(
+        region=view.region,
+        regions=list(view.regions),
+        leader=view.leader,
+        epoch=view.epoch,
+        connected=view.connected,
+        version=view.version,
+        streams=[
+            api_pb2.StreamStatus(
+                stream=s.stream,
+                write_stream=s.write_stream,
+                read_stream=s.read_stream,
+                last_snapshot_age_ms=_to_wire(s.last_snapshot_age_ms, _NO_AGE),
+                replicated_subscriptions=s.replicated_subscriptions,
+                snapshot_pending=s.snapshot_pending,
+                sources=[
+                    api_pb2.SourceLink(
+                        origin_region=link.origin_region,
+                        active=link.active,
+                        last_marker_age_ms=_to_wire(link.last_marker_age_ms, _NO_AGE),
+                        lag_messages=link.lag_messages,
+                    )
+                    for link in s.sources
+                ],
+            )
+            for s in view.streams
+        ],
+    )
+
+
+def status_from_proto(msg: api_pb2.StatusResponse) -> StatusView:
+    return StatusView(
+        region=msg.region,
+        regions=tuple(msg.regions),
+        leader=msg.leader,
+        epoch=msg.epoch,
+        connected=msg.connected,
+        version=msg.version,
+        streams=tuple(
+            StreamStatusView(
+                stream=s.stream,
+                write_stream=s.write_stream,
+                read_stream=s.read_stream,
+                last_snapshot_age_ms=_from_wire(s.last_snapshot_age_ms, _NO_AGE),
+                replicated_subscriptions=s.replicated_subscriptions,
+                snapshot_pending=s.snapshot_pending,
+                sources=tuple(
+                    SourceLinkView(
+                        origin_region=link.origin_region,
+                        active=link.active,
+                        last_marker_age_ms=_from_wire(link.last_marker_age_ms, _NO_AGE),
+                        lag_messages=link.lag_messages,
+                    )
+                    for link in s.sources
+                ),
+            )
+            for s in msg.streams
+        ),
+    )

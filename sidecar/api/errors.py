@@ -1,0 +1,38 @@
+"""Errors the API layer understands, raised by request validation and by the backend.
+
+Each error maps to exactly one gRPC status code (`grpc_server.status_of`); the runtime raises
+these and never imports grpc.
+"""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    """Base class: `message` is shown to the client as the status detail."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(ApiError):
+    """A request field is missing or malformed (INVALID_ARGUMENT)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class NotFound(ApiError):
+    """The stream, subscription or snapshot does not exist here (NOT_FOUND)."""
+
+
+class NotLeader(ApiError):
+    """A write reached a follower sidecar (FAILED_PRECONDITION)."""
+
+    def __init__(self, message: str = "this sidecar is not the leader of its region") -> None:
+        super().__init__(message)
+
+
+class Unavailable(ApiError):
+    """The sidecar cannot serve the request right now, e.g. NATS is down (UNAVAILABLE)."""
