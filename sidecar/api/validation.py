@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from sidecar.api.errors import InvalidArgument
+from sidecar.nats.names import NamingError, _check_token
 
+# JetStream's limit for stream and consumer names.
 MAX_NAME_LENGTH = 255
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 def require_name(field: str, value: str) -> str:
@@ -16,10 +15,8 @@ def require_name(field: str, value: str) -> str:
         raise InvalidArgument(field, "must not be empty")
     if len(value) > MAX_NAME_LENGTH:
         raise InvalidArgument(field, f"must be at most {MAX_NAME_LENGTH} characters")
-    if not _NAME_RE.fullmatch(value):
-        raise InvalidArgument(
-            field,
-            f"{value!r} is not a valid name: use letters, digits, '_' and '-', "
-            "starting with a letter or digit",
-        )
-    return value
+    try:
+        return _check_token(field, value)
+    except NamingError as error:
+        # NamingError's message already starts with "<field>: ".
+        raise InvalidArgument(field, str(error).removeprefix(f"{field}: ")) from error

@@ -1,0 +1,161 @@
+"""Prometheus metrics of one sidecar, in a registry of its own (never the global one).
+
+The runtime calls the methods of `SidecarMetrics` as things happen; ages ("seconds since the
+last ...") are computed at scrape time from recorded instants, so they keep growing while
+nothing happens, which is exactly when they matter. docs/api.md lists every metric.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# 10 ms .. 60 s: two regions on one host answer in milliseconds, distant regions in
+# hundreds of milliseconds, and the default snapshot timeout is 30 s.
+SNAPSHOT_DURATION_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60)
+
+
+class _AgeCollector(Collector):
+    """A gauge of seconds elapsed since an instant recorded per label set."""
+
+    def __init__(
+        self, name: str, documentation: str, labels: tuple[str, ...], clock: Callable[[], float]
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labels = labels
+        self._clock = clock
+        self._instants: dict[tuple[str, ...], float] = {}
+
+    def touch(self, *label_values: str) -> None:
+        self._instants[label_values] = self._clock()
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
+        now = self._clock()
+        for label_values, instant in sorted(self._instants.items()):
+            family.add_metric(label_values, max(0.0, now - instant))
+        yield family
+
+
+class SidecarMetrics:
+    """All metrics of one sidecar; `registry` is what /metrics serves."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._snapshots_started = Counter(
+            "rsub_snapshots_started_total", "Snapshot attempts started.", ["stream"], registry=r
+        )
+        self._snapshots_completed = Counter(
+            "rsub_snapshots_completed_total",
+            "Snapshots completed (every region answered).",
+            ["stream"],
+            registry=r,
+        )
+        self._snapshots_timed_out = Counter(
+            "rsub_snapshots_timed_out_total",
+            "Snapshot attempts dropped after the timeout.",
+            ["stream"],
+            registry=r,
+        )
+        self._snapshot_duration = Histogram(
+            "rsub_snapshot_duration_seconds",
+            "Time from a snapshot's first request to its completion.",
+            ["stream"],
+            buckets=SNAPSHOT_DURATION_BUCKETS_S,
+            registry=r,
+        )
+        self._updates_sent = Counter(
+            "rsub_updates_sent_total",
+            "Subscription updates written for other regions.",
+            ["stream"],
+            registry=r,
+        )
+        self._updates_applied = Counter(
+            "rsub_updates_applied_total",
+            "Subscription updates from other regions that moved a subscription here.",
+            ["stream", "origin"],
+            registry=r,
+        )
+        self._markers_rejected = Counter(
+            "rsub_markers_rejected_total",
+            "Markers skipped (malformed, unknown region, stale epoch, ...).",
+            ["stream", "reason"],
+            registry=r,
+        )
+        self._replay_gap = Gauge(
+            "rsub_subscription_replay_gap_messages",
+            "Read-stream sequences between a subscription's mark-delete here and the local "
+            "position of the last snapshot sent to a region: what a failover there replays "
+            "at most.",
+            ["stream", "subscription", "region"],
+            registry=r,
+        )
+        self._replay_gap_series: set[tuple[str, str, str]] = set()
+        self._leader = Gauge("rsub_leader", "1 when this sidecar leads its region.", registry=r)
+        self._epoch = Gauge(
+            "rsub_leader_epoch", "Leader epoch (lease revision) last seen.", registry=r
+        )
+        self._nats_connected = Gauge(
+            "rsub_nats_connected", "1 while connected to the region's NATS.", registry=r
+        )
+        self._last_snapshot = _AgeCollector(
+            "rsub_last_snapshot_age_seconds",
+            "Seconds since the last snapshot completed (absent before the first one).",
+            ("stream",),
+            clock,
+        )
+        self._last_marker = _AgeCollector(
+            "rsub_origin_last_marker_age_seconds",
+            "Seconds since a marker written by the origin region was last seen here.",
+            ("stream", "origin"),
+            clock,
+        )
+        r.register(self._last_snapshot)
+        r.register(self._last_marker)
+
+    def snapshot_started(self, stream: str) -> None:
+        self._snapshots_started.labels(stream).inc()
+
+    def snapshot_completed(self, stream: str, duration_s: float) -> None:
+        self._snapshots_completed.labels(stream).inc()
+        self._snapshot_duration.labels(stream).observe(duration_s)
+        self._last_snapshot.touch(stream)
+
+    def snapshot_timed_out(self, stream: str) -> None:
+        self._snapshots_timed_out.labels(stream).inc()
+
+    def update_sent(self, stream: str) -> None:
+        self._updates_sent.labels(stream).inc()
+
+    def update_applied(self, stream: str, origin: str) -> None:
+        self._updates_applied.labels(stream, origin).inc()
+
+    def marker_rejected(self, stream: str, reason: str) -> None:
+        """`reason` is a short fixed word (e.g. malformed, unknown_region, stale_epoch)."""
+        self._markers_rejected.labels(stream, reason).inc()
+
+    def marker_seen(self, stream: str, origin: str) -> None:
+        self._last_marker.touch(stream, origin)
+
+    def set_replay_gap(self, stream: str, subscription: str, region: str, messages: int) -> None:
+        self._replay_gap.labels(stream, subscription, region).set(messages)
+        self._replay_gap_series.add((stream, subscription, region))
+
+    def forget_subscription(self, stream: str, subscription: str) -> None:
+        """Drop the series of a deleted (or no longer replicated) subscription."""
+        for labels in [k for k in self._replay_gap_series if k[:2] == (stream, subscription)]:
+            self._replay_gap.remove(*labels)
+            self._replay_gap_series.discard(labels)
+
+    def set_leader(self, leader: bool, epoch: int) -> None:
+        self._leader.set(int(leader))
+        self._epoch.set(epoch)
+
+    def set_nats_connected(self, connected: bool) -> None:
+        self._nats_connected.set(int(connected))

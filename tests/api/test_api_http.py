@@ -1,0 +1,157 @@
+"""The HTTP endpoints and the metrics registry, on a real aiohttp server on port 0."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from api_fakes import MemoryBackend
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sidecar.api.backend import Readiness
+from sidecar.api.http_server import HttpServerHandle, parse_listen, start_http_server
+from sidecar.api.metrics import SidecarMetrics
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def metrics(clock: FakeClock) -> SidecarMetrics:
+    return SidecarMetrics(clock=clock)
+
+
+@pytest.fixture
+async def http(
+    backend: MemoryBackend, metrics: SidecarMetrics
+) -> AsyncIterator[tuple[HttpServerHandle, aiohttp.ClientSession]]:
+    handle = await start_http_server(backend, metrics, "127.0.0.1:0")
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{handle.port}") as session:
+        yield handle, session
+    await handle.stop()
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def test_healthz(http: tuple[HttpServerHandle, aiohttp.ClientSession]) -> None:
+    handle, session = http
+    assert handle.port > 0
+    async with session.get("/healthz") as response:
+        assert response.status == 200
+        assert await response.json() == {"status": "alive"}
+
+
+async def test_readyz_reports_what_is_missing(
+    http: tuple[HttpServerHandle, aiohttp.ClientSession], backend: MemoryBackend
+) -> None:
+    _, session = http
+    backend.readiness = Readiness(connected=False, topology_applied=False, leadership_known=True)
+    backend.is_leader = False
+    async with session.get("/readyz") as response:
+        assert response.status == 503
+        assert await response.json() == {
+            "ready": False,
+            "missing": ["nats_connection", "topology"],
+            "leader": False,
+        }
+    backend.readiness = Readiness(connected=True, topology_applied=True, leadership_known=True)
+    async with session.get("/readyz") as response:
+        assert response.status == 200
+        assert (await response.json())["missing"] == []
+
+
+async def test_metrics_endpoint_serves_the_sidecar_registry(
+    http: tuple[HttpServerHandle, aiohttp.ClientSession],
+    metrics: SidecarMetrics,
+    clock: FakeClock,
+) -> None:
+    _, session = http
+    metrics.snapshot_started("orders")
+    metrics.snapshot_completed("orders", 0.2)
+    metrics.marker_seen("orders", "east")
+    metrics.set_leader(True, 7)
+    metrics.set_nats_connected(True)
+    clock.now += 2.5
+    async with session.get("/metrics") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        values = samples(await response.text())
+    assert values[("rsub_snapshots_started_total", (("stream", "orders"),))] == 1
+    assert values[("rsub_snapshot_duration_seconds_count", (("stream", "orders"),))] == 1
+    assert values[("rsub_last_snapshot_age_seconds", (("stream", "orders"),))] == 2.5
+    key = ("rsub_origin_last_marker_age_seconds", (("origin", "east"), ("stream", "orders")))
+    assert values[key] == 2.5
+    assert values[("rsub_leader", ())] == 1
+    assert values[("rsub_leader_epoch", ())] == 7
+    # The per-sidecar registry does not carry the process-global default collectors.
+    assert not any(name.startswith(("process_", "python_")) for name, _ in values)
+
+
+def test_every_documented_metric_is_exported(metrics: SidecarMetrics) -> None:
+    documented = set(re.findall(r"^\| `(rsub_[a-z_]+)`", DOCS.read_text(), re.MULTILINE))
+    metrics.snapshot_started("s")
+    metrics.snapshot_completed("s", 0.05)
+    metrics.snapshot_timed_out("s")
+    metrics.update_sent("s")
+    metrics.update_applied("s", "east")
+    metrics.marker_rejected("s", "stale_epoch")
+    metrics.marker_seen("s", "east")
+    metrics.set_replay_gap("s", "billing", "east", 12)
+    metrics.set_leader(False, 3)
+    metrics.set_nats_connected(False)
+    # Names as queried: counters with their _total suffix, histograms by their base name;
+    # the *_created series prometheus_client adds to counters and histograms are not ours.
+    exported = {
+        f"{f.name}_total" if f.type == "counter" else f.name
+        for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+        if not f.name.endswith("_created")
+    }
+    assert documented == exported
+
+
+def test_forget_subscription_drops_its_series(metrics: SidecarMetrics) -> None:
+    metrics.set_replay_gap("s", "billing", "east", 12)
+    metrics.set_replay_gap("s", "billing", "north", 4)
+    metrics.set_replay_gap("s", "audit", "east", 1)
+    metrics.forget_subscription("s", "billing")
+    text = generate_latest(metrics.registry).decode()
+    gaps = {k: v for k, v in samples(text).items() if k[0].startswith("rsub_subscription")}
+    assert gaps == {
+        (
+            "rsub_subscription_replay_gap_messages",
+            (("region", "east"), ("stream", "s"), ("subscription", "audit")),
+        ): 1
+    }
+
+
+@pytest.mark.parametrize("listen", ["", "9090", "host:", "host:http", "host:70000", ":9090"])
+def test_parse_listen_rejects_bad_addresses(listen: str) -> None:
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_listen(listen)
+
+
+def test_parse_listen_accepts_ipv6() -> None:
+    assert parse_listen("[::1]:9090") == ("::1", 9090)
+    assert parse_listen("0.0.0.0:0") == ("0.0.0.0", 0)
