@@ -1,0 +1,86 @@
+"""Helpers for the topology integration tests: read whole streams, wait on conditions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from sidecar.nats.names import SOURCE_HEADER, VirtualStream
+
+
+@dataclass(frozen=True)
+class Stored:
+    seq: int
+    subject: str
+    data: bytes
+    origin: tuple[str, int] | None
+    msg_id: str | None
+
+
+async def stream_info(nc: Client, stream: str) -> dict[str, Any]:
+    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)
+    info: dict[str, Any] = json.loads(reply.data)
+    assert "error" not in info, info
+    return info
+
+
+async def read_all(nc: Client, vs: VirtualStream, stream: str, filter_subject: str) -> list[Stored]:
+    """Every message of `stream` matching `filter_subject`, in stream order."""
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(
+        filter_subject,
+        stream=stream,
+        config=ConsumerConfig(
+            ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30
+        ),
+    )
+    out: list[Stored] = []
+    try:
+        while (pending := (await sub.consumer_info()).num_pending or 0) > 0:
+            for m in await sub.fetch(batch=min(pending, 500), timeout=5):
+                headers = m.headers or {}
+                source = headers.get(SOURCE_HEADER)
+                out.append(
+                    Stored(
+                        seq=m.metadata.sequence.stream,
+                        subject=m.subject,
+                        data=m.data,
+                        origin=vs.origin_of(source) if source else None,
+                        msg_id=headers.get("Nats-Msg-Id"),
+                    )
+                )
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], deadline_s: float, what: str, interval: float = 0.5
+) -> None:
+    """Wait until `check()` is true, or fail after `deadline_s` seconds saying `what`."""
+    deadline = time.monotonic() + deadline_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def message_count(nc: Client, stream: str) -> int:
+    return int((await stream_info(nc, stream))["state"]["messages"])
+
+
+async def publish_many(nc: Client, subjects: list[str], start: int, count: int) -> None:
+    """Publish payloads `start..start+count-1` round-robin over `subjects`, acked."""
+    js = nc.jetstream()
+    for chunk in range(start, start + count, 200):
+        end = min(chunk + 200, start + count)
+        await asyncio.gather(
+            *(js.publish(subjects[i % len(subjects)], str(i).encode()) for i in range(chunk, end))
+        )
