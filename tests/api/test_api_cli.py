@@ -1,0 +1,224 @@
+"""`rsub status|subscriptions|snapshots` against a real gRPC server (in-memory backend).
+
+The CLI uses the blocking gRPC client, so it runs in a worker thread while the grpc.aio
+server keeps serving on the test's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from api_fakes import STREAM, Certs, MemoryBackend
+
+from sidecar.api.cli import table
+from sidecar.api.grpc_server import GrpcServerHandle, TlsConfig, start_grpc_server
+from sidecar.cli import main
+
+
+async def rsub(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = await asyncio.to_thread(main, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def column_of(text: str, line_start: str, cell: str) -> int:
+    line = next(x for x in text.splitlines() if x.startswith(line_start))
+    return line.index(cell)
+
+
+async def test_status_table(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = await rsub(capsys, "status", "--sidecar", f"127.0.0.1:{grpc_server.port}")
+    assert (code, err) == (0, "")
+    assert "leader   yes (epoch 5)" in out
+    assert "regions  east, north, west" in out
+    # Columns line up: each header starts where its values start.
+    assert column_of(out, "STREAM  WRITE", "READ STREAM") == column_of(
+        out, "orders  orders-write", "orders-read-west"
+    )
+    assert column_of(out, "STREAM  SOURCE", "LAST MARKER") == column_of(
+        out, "orders  north", "never"
+    )
+    assert "1.5s ago" in out
+
+
+async def test_status_json_has_stable_keys(
+    grpc_server: GrpcServerHandle,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RSUB_SIDECAR", f"127.0.0.1:{grpc_server.port}")
+    code, out, _ = await rsub(capsys, "status", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert sorted(data) == [
+        "connected",
+        "epoch",
+        "leader",
+        "region",
+        "regions",
+        "streams",
+        "version",
+    ]
+    stream = data["streams"][0]
+    assert stream["last_snapshot_age_ms"] == 1500
+    assert stream["sources"][1] == {
+        "origin_region": "north",
+        "active": False,
+        "last_marker_age_ms": None,
+        "lag_messages": 0,
+    }
+
+
+async def test_subscriptions_table_and_json(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    code, out, _ = await rsub(capsys, "subscriptions", STREAM, "--sidecar", target)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "SUBSCRIPTION",
+        "KIND",
+        "REPLICATED",
+        "MARK-DELETE",
+        "LAST",
+        "SNAPSHOT",
+        "AT",
+        "UPDATE",
+        "SENT",
+        "CACHED",
+        "APPLIED",
+        "FROM",
+    ]
+    assert lines[1].split()[:5] == ["audit", "durable", "yes", "3", "-"]
+    assert lines[2].split() == [
+        "billing",
+        "durable",
+        "yes",
+        "41",
+        "snap-7",
+        "40",
+        "2023-11-14T22:13:20.500Z",
+        "2",
+        "east@17",
+    ]
+
+    code, out, _ = await rsub(capsys, "subscriptions", STREAM, "--sidecar", target, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["stream"] == STREAM
+    billing = data["subscriptions"][1]
+    assert billing["kind"] == "durable"
+    assert billing["mark_delete"] == 41
+    assert billing["applied"] == [
+        {
+            "from_region": "east",
+            "snapshot_id": "snap-3",
+            "position": 17,
+            "applied_unix_ms": 1_700_000_000_900,
+        }
+    ]
+    assert data["subscriptions"][0]["last_update_sent_unix_ms"] is None
+
+
+async def test_snapshots_table_and_json(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    code, out, _ = await rsub(capsys, "snapshots", STREAM, "--sidecar", target)
+    assert code == 0
+    assert out.splitlines()[1].split() == [
+        "snap-7",
+        "40",
+        "east=33",
+        "north=12",
+        "2023-11-14T22:13:20.400Z",
+        "12ms",
+    ]
+    code, out, _ = await rsub(capsys, "snapshots", STREAM, "--sidecar", target, "--json")
+    assert json.loads(out)["snapshots"][0]["positions"] == {"east": 33, "north": 12}
+
+    backend.snapshots[STREAM] = []
+    code, out, _ = await rsub(capsys, "snapshots", STREAM, "--sidecar", target)
+    assert (code, out.strip()) == (0, "no snapshots kept for stream 'orders'")
+
+
+async def test_errors_show_status_and_detail(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    code, out, err = await rsub(capsys, "subscriptions", "payments", "--sidecar", target)
+    assert (code, out) == (1, "")
+    assert err.startswith("error: NOT_FOUND: ") and "payments" in err
+    code, _, err = await rsub(capsys, "snapshots", "bad.name", "--sidecar", target)
+    assert code == 1
+    assert err.startswith("error: INVALID_ARGUMENT: stream: ")
+    # A sidecar that answers UNAVAILABLE is reachable: exit 1, not 2.
+    backend.unavailable = True
+    code, _, err = await rsub(capsys, "status", "--sidecar", target)
+    assert (code, err.strip()) == (1, "error: UNAVAILABLE: NATS connection lost")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_unreachable_sidecar_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    target = f"127.0.0.1:{free_port()}"
+    code, out, err = await rsub(capsys, "status", "--sidecar", target)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: cannot reach the sidecar at {target}")
+
+
+async def test_bad_tls_options_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, certs: Certs
+) -> None:
+    code, _, err = await rsub(capsys, "status", "--tls-cert", str(certs.client_cert))
+    assert (code, err.strip()) == (2, "error: --tls-cert and --tls-key go together")
+    code, _, err = await rsub(capsys, "status", "--tls-ca", str(tmp_path / "missing.pem"))
+    assert code == 2
+    assert err.startswith("error: --tls-ca: cannot read ")
+
+
+@pytest.fixture
+async def guarded_server(backend: MemoryBackend, certs: Certs) -> AsyncIterator[GrpcServerHandle]:
+    tls = TlsConfig(certs.server_cert, certs.server_key, client_ca_file=certs.ca)
+    server = await start_grpc_server(backend, "127.0.0.1:0", auth_token="t0ken", tls=tls)
+    yield server
+    await server.stop(None)
+
+
+async def test_token_and_mutual_tls(
+    guarded_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], certs: Certs
+) -> None:
+    target = ["--sidecar", f"localhost:{guarded_server.port}", "--tls-ca", str(certs.ca)]
+    client = ["--tls-cert", str(certs.client_cert), "--tls-key", str(certs.client_key)]
+    code, _, err = await rsub(capsys, "status", *target, *client, "--token", "t0ken")
+    assert (code, err) == (0, "")
+    code, _, err = await rsub(capsys, "status", *target, *client)
+    assert code == 1
+    assert err.startswith("error: UNAUTHENTICATED: ")
+    code, _, err = await rsub(capsys, "status", *target, *client, "--token", "nope")
+    assert code == 1
+    assert err.startswith("error: PERMISSION_DENIED: ")
+    # Reads stay open without a token; without a client certificate the handshake fails.
+    code, _, _ = await rsub(capsys, "subscriptions", STREAM, *target, *client)
+    assert code == 0
+    code, _, err = await rsub(capsys, "subscriptions", STREAM, *target)
+    assert code == 2
+    assert "cannot reach the sidecar" in err
+
+
+def test_table_aligns_and_trims() -> None:
+    assert table(("A", "LONG HEADER", "C"), [("xyz", "1", ""), ("", "22", "c")]) == (
+        "A    LONG HEADER  C\nxyz  1\n     22           c"
+    )
