@@ -1,0 +1,653 @@
+"""`StreamMachine`: the PIP-33 protocol for one (region, virtual stream), events in, outputs out.
+
+See the package docstring (`sidecar.protocol`) for the API contract.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from sidecar.protocol.cache import SnapshotCache
+from sidecar.protocol.markers import (
+    Marker,
+    Rejected,
+    Request,
+    Response,
+    Snapshot,
+    SnapshotId,
+    SubscriptionKind,
+    Update,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MachineConfig:
+    region: str
+    stream: str
+    regions: tuple[str, ...]
+    interval_ms: int = 1000
+    timeout_ms: int = 30_000
+    cache_size: int = 30
+    history_size: int = 100
+
+    def __post_init__(self) -> None:
+        if self.region not in self.regions:
+            raise ValueError(f"region {self.region!r} is not in regions {self.regions}")
+        if len(set(self.regions)) != len(self.regions):
+            raise ValueError(f"regions must be unique: {self.regions}")
+        for name in ("interval_ms", "timeout_ms", "history_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.cache_size < 2:
+            raise ValueError(f"cache_size must be at least 2, got {self.cache_size}")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """What the runtime knows about a local subscription; `config` is opaque to the protocol."""
+
+    kind: SubscriptionKind = SubscriptionKind.DURABLE
+    replicated: bool = True
+    config: bytes = b""
+
+
+# ---- actions: the runtime must carry these out -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PublishReplicated:
+    """Publish to this region's write stream (reaches every read stream)."""
+
+    marker: Marker
+
+
+@dataclass(frozen=True, slots=True)
+class PublishLocal:
+    """Publish to this region's read stream only (completed snapshots)."""
+
+    marker: Marker
+
+
+@dataclass(frozen=True, slots=True)
+class MoveConsumer:
+    """Move a durable forward: reset to seq `ack_floor + 1` (clamped to last_seq + 1)."""
+
+    subscription: str
+    ack_floor: int
+
+
+@dataclass(frozen=True, slots=True)
+class MoveCursor:
+    """Move a stored external cursor forward to `ack_floor`."""
+
+    subscription: str
+    ack_floor: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateConsumer:
+    """Create an absent durable with `config`, starting after `ack_floor`."""
+
+    subscription: str
+    config: bytes
+    ack_floor: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateCursor:
+    """Create an absent external cursor at `ack_floor`."""
+
+    subscription: str
+    config: bytes
+    ack_floor: int
+
+
+# ---- events: for metrics, logs and the API -------------------------------------------------
+
+
+class IgnoreReason(enum.Enum):
+    STALE_EPOCH = "stale_epoch"
+    LATE_RESPONSE = "late_response"
+    DUPLICATE = "duplicate"
+    NOT_NAMED = "not_named"
+    OLDER_UPDATE = "older_update"
+    NOT_REPLICATED = "not_replicated"
+    NOT_LOCAL = "not_local"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStarted:
+    id: SnapshotId
+    started_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotCompleted:
+    snapshot: Snapshot
+    duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTimedOut:
+    id: SnapshotId
+    round: int
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateSent:
+    subscription: str
+    snapshot_id: SnapshotId
+    positions: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateApplied:
+    """An update naming this region was accepted (the move/create follows as an action)."""
+
+    subscription: str
+    from_region: str
+    snapshot_id: SnapshotId
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerIgnored:
+    reason: IgnoreReason
+    region: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerRejected:
+    read_seq: int
+    rejected: Rejected
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipLost:
+    """This leader saw a marker of its own region from a newer epoch and stepped down."""
+
+    epoch: int
+    newer_epoch: int
+
+
+Action = (
+    PublishReplicated | PublishLocal | MoveConsumer | MoveCursor | CreateConsumer | CreateCursor
+)
+Event = (
+    SnapshotStarted
+    | SnapshotCompleted
+    | SnapshotTimedOut
+    | UpdateSent
+    | UpdateApplied
+    | MarkerIgnored
+    | MarkerRejected
+    | LeadershipLost
+)
+Output = Action | Event
+
+
+# ---- query views ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SentUpdate:
+    snapshot_id: SnapshotId
+    local_position: int
+    positions: Mapping[str, int]
+    sent_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedUpdate:
+    from_region: str
+    snapshot_id: SnapshotId
+    position: int
+    applied_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionView:
+    name: str
+    kind: SubscriptionKind
+    replicated: bool
+    exists: bool
+    mark_delete: int | None
+    last_update_sent: SentUpdate | None
+    applied: tuple[AppliedUpdate, ...]
+    cached: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingView:
+    id: SnapshotId
+    round: int
+    started_ms: int
+    waiting_for: tuple[str, ...]
+
+
+# ---- internal state -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Attempt:
+    id: SnapshotId
+    start_seq: int
+    started_ms: int
+    round: int
+    waiting: set[str]
+    positions: dict[str, int] = field(default_factory=dict)
+    local_max: int = 0
+    own_seen_round: int = 0
+
+
+@dataclass(slots=True)
+class _Sub:
+    info: SubscriptionInfo
+    cache: SnapshotCache[Snapshot]
+    exists: bool = True
+    mark_delete: int | None = None
+    last_sent: SentUpdate | None = None
+    target: int | None = None  # position an applied update asks for, not yet carried out
+
+
+class StreamMachine:
+    """PIP-33 for one (region, virtual stream); see `sidecar.protocol` for the contract."""
+
+    def __init__(self, config: MachineConfig) -> None:
+        self.config = config
+        self._region = config.region
+        self._others = tuple(r for r in config.regions if r != config.region)
+        self._now = 0
+        self._leader = False
+        self._epoch = 0
+        self._counter = 0
+        self._max_epoch: dict[str, int] = {}
+        self._last_seq = 0
+        self._last_marker_seq = 0
+        self._data_high = 0  # an upper bound of a read-stream seq known to hold data
+        self._baseline = 0  # data at or below it is covered by the last completed snapshot
+        self._next_start_ms = 0
+        self._pending: _Attempt | None = None
+        self._answered: dict[str, tuple[SnapshotId, int]] = {}
+        self._completed: deque[Snapshot] = deque(maxlen=config.history_size)
+        self._last_completed_id: SnapshotId | None = None
+        self._subs: dict[str, _Sub] = {}
+        self._applied: dict[str, dict[str, AppliedUpdate]] = {}
+
+    @classmethod
+    def restore(
+        cls,
+        config: MachineConfig,
+        markers: Iterable[tuple[int, Marker]],
+        subscriptions: Mapping[str, SubscriptionInfo],
+        positions: Mapping[str, int],
+        read_last_seq: int,
+        now_ms: int,
+    ) -> StreamMachine:
+        """A follower rebuilt from the markers stored in the read stream and current positions."""
+        machine = cls(config)
+        machine.tick(now_ms)
+        machine.subscriptions_changed(subscriptions)
+        for seq, marker in markers:
+            machine.marker_seen(seq, marker)
+        machine.positions_read(positions, read_last_seq)
+        return machine
+
+    # ---- inputs ---------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> list[Output]:
+        self._now = max(self._now, now_ms)
+        if not self._leader:
+            return []
+        out: list[Output] = []
+        attempt = self._pending
+        if attempt is not None and self._now - attempt.started_ms >= self.config.timeout_ms:
+            self._pending = None
+            out.extend(self._timed_out(attempt))
+        if self._pending is None and self._now >= self._next_start_ms and self._should_start():
+            out.extend(self._start())
+        return out
+
+    def read_stream_advanced(self, last_seq: int) -> list[Output]:
+        self._last_seq = max(self._last_seq, last_seq)
+        return []
+
+    def positions_read(self, positions: Mapping[str, int], read_last_seq: int) -> list[Output]:
+        """Mark-delete positions (effective ack floors / external cursors) of local subscriptions."""
+        self._last_seq = max(self._last_seq, read_last_seq)
+        out: list[Output] = []
+        for name, position in positions.items():
+            sub = self._subs.get(name)
+            if sub is None or not sub.exists:
+                continue
+            sub.mark_delete = position
+            self._reconcile(name, sub, out)
+            self._maybe_send_update(name, sub, out)
+        return out
+
+    def subscriptions_changed(self, subscriptions: Mapping[str, SubscriptionInfo]) -> list[Output]:
+        """The full set of local subscriptions of this stream."""
+        for name in [n for n, s in self._subs.items() if s.exists and n not in subscriptions]:
+            del self._subs[name]
+        out: list[Output] = []
+        for name, info in subscriptions.items():
+            sub = self._subs.get(name)
+            if sub is None:
+                sub = self._subs[name] = _Sub(info, SnapshotCache(self.config.cache_size))
+                if info.replicated:
+                    for snapshot in self._completed:
+                        sub.cache.add(snapshot.local_position, snapshot)
+            else:
+                if sub.info.replicated and not info.replicated:
+                    sub.cache = SnapshotCache(self.config.cache_size)
+                sub.info = info
+                sub.exists = True
+            self._reconcile(name, sub, out)
+        return out
+
+    def became_leader(self, epoch: int) -> list[Output]:
+        """`epoch` must be fresh for this leadership term (a lease revision)."""
+        if epoch < self._max_epoch.get(self._region, 0):
+            raise ValueError(
+                f"epoch {epoch} of region {self._region} is older than the seen "
+                f"{self._max_epoch[self._region]}"
+            )
+        self._leader = True
+        self._epoch = epoch
+        self._max_epoch[self._region] = epoch
+        self._counter = 0
+        self._pending = None
+        self._next_start_ms = self._now
+        out: list[Output] = []
+        for name, sub in self._subs.items():
+            self._reconcile(name, sub, out)
+            self._maybe_send_update(name, sub, out)
+        return out
+
+    def became_follower(self) -> list[Output]:
+        self._leader = False
+        self._pending = None
+        return []
+
+    def marker_rejected(self, read_seq: int, rejected: Rejected) -> list[Output]:
+        """A message on the marker subjects that `decode` rejected (still a marker seq)."""
+        self._note_marker_seq(read_seq)
+        return [MarkerRejected(read_seq, rejected)]
+
+    def marker_seen(self, read_seq: int, marker: Marker) -> list[Output]:
+        """A decoded marker at `read_seq` in this region's read stream (tail order)."""
+        self._note_marker_seq(read_seq)
+        region = marker.region
+        seen = self._max_epoch.get(region, 0)
+        if marker.epoch < seen:
+            return [
+                MarkerIgnored(
+                    IgnoreReason.STALE_EPOCH, region, f"epoch {marker.epoch} < seen {seen}"
+                )
+            ]
+        out: list[Output] = []
+        if marker.epoch > seen:
+            self._max_epoch[region] = marker.epoch
+            if region == self._region and self._leader:
+                out.append(LeadershipLost(self._epoch, marker.epoch))
+                self.became_follower()
+        body = marker.body
+        if type(body) is Request:
+            if region == self._region:
+                attempt = self._pending
+                if attempt is not None and body.id == attempt.id:
+                    self._own_request_seen(attempt, body.round, read_seq)
+                    out.extend(self._progress(attempt))
+            elif self._leader:
+                out.extend(self._respond(region, body, read_seq))
+        elif type(body) is Response:
+            if body.id.region == self._region:
+                out.extend(self._on_response(region, body, read_seq))
+        elif type(body) is Update:
+            if region == self._region:
+                self._own_update_seen(body)
+            else:
+                out.extend(self._on_update(region, body))
+        elif type(body) is Snapshot:
+            if region != self._region:
+                out.append(MarkerIgnored(IgnoreReason.NOT_LOCAL, region, f"snapshot {body.id}"))
+            elif self._last_completed_id is None or body.id > self._last_completed_id:
+                self._record_snapshot(body)
+                self._baseline = max(self._baseline, body.local_position)
+        return out
+
+    # ---- queries --------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def last_completed_ms(self) -> int | None:
+        return self._completed[-1].completed_ms if self._completed else None
+
+    def completed_snapshots(self) -> list[Snapshot]:
+        return list(self._completed)
+
+    def pending(self) -> PendingView | None:
+        a = self._pending
+        if a is None:
+            return None
+        return PendingView(a.id, a.round, a.started_ms, tuple(sorted(a.waiting)))
+
+    def subscription(self, name: str) -> SubscriptionView | None:
+        sub = self._subs.get(name)
+        if sub is None:
+            return None
+        return SubscriptionView(
+            name,
+            sub.info.kind,
+            sub.info.replicated,
+            sub.exists,
+            sub.mark_delete,
+            sub.last_sent,
+            tuple(self._applied.get(name, {}).values()),
+            len(sub.cache),
+        )
+
+    def subscriptions(self) -> list[SubscriptionView]:
+        return [v for n in sorted(self._subs) if (v := self.subscription(n)) is not None]
+
+    # ---- overridable steps (the simulator's broken variants replace these) -----------------
+
+    def _response_position(self, read_seq: int) -> int:
+        """Where the request landed: never the read stream's last sequence."""
+        return read_seq
+
+    def _rounds(self) -> int:
+        return 1 if len(self._others) <= 1 else 2
+
+    def _own_request_seen(self, attempt: _Attempt, round_: int, read_seq: int) -> None:
+        attempt.local_max = max(attempt.local_max, read_seq)
+        attempt.own_seen_round = max(attempt.own_seen_round, round_)
+
+    def _timed_out(self, attempt: _Attempt) -> list[Output]:
+        return [SnapshotTimedOut(attempt.id, attempt.round, tuple(sorted(attempt.waiting)))]
+
+    # ---- requester ------------------------------------------------------------------------
+
+    def _should_start(self) -> bool:
+        if not any(s.exists and s.info.replicated for s in self._subs.values()):
+            return False
+        data_high = self._data_high
+        if self._last_seq > self._last_marker_seq:
+            data_high = self._last_seq
+        return data_high > self._baseline
+
+    def _start(self) -> list[Output]:
+        self._counter += 1
+        sid = SnapshotId(self._region, self._epoch, self._counter)
+        self._pending = _Attempt(sid, self._last_seq, self._now, 1, set(self._others))
+        self._next_start_ms = self._now + self.config.interval_ms
+        return [SnapshotStarted(sid, self._now), self._publish(Request(sid, 1))]
+
+    def _on_response(self, responder: str, body: Response, read_seq: int) -> list[Output]:
+        attempt = self._pending
+        if attempt is None or body.id != attempt.id:
+            return [MarkerIgnored(IgnoreReason.LATE_RESPONSE, responder, f"snapshot {body.id}")]
+        if body.round != attempt.round or responder not in attempt.waiting:
+            return [
+                MarkerIgnored(
+                    IgnoreReason.DUPLICATE, responder, f"snapshot {body.id} round {body.round}"
+                )
+            ]
+        attempt.waiting.discard(responder)
+        if body.round == 1:
+            attempt.positions[responder] = body.position
+        attempt.local_max = max(attempt.local_max, read_seq)
+        return self._progress(attempt)
+
+    def _progress(self, attempt: _Attempt) -> list[Output]:
+        if attempt.waiting or not self._leader:
+            return []
+        if attempt.round < self._rounds():
+            attempt.round += 1
+            attempt.waiting = set(self._others)
+            return [self._publish(Request(attempt.id, attempt.round))]
+        if attempt.own_seen_round < attempt.round:
+            return []
+        return self._complete(attempt)
+
+    def _complete(self, attempt: _Attempt) -> list[Output]:
+        self._pending = None
+        self._baseline = max(self._baseline, attempt.start_seq)
+        snapshot = Snapshot(
+            attempt.id, attempt.local_max, dict(attempt.positions), attempt.started_ms, self._now
+        )
+        out: list[Output] = [
+            PublishLocal(Marker(self._region, self.config.stream, self._epoch, snapshot)),
+            SnapshotCompleted(snapshot, self._now - attempt.started_ms),
+        ]
+        self._record_snapshot(snapshot)
+        for name, sub in self._subs.items():
+            self._maybe_send_update(name, sub, out)
+        return out
+
+    def _record_snapshot(self, snapshot: Snapshot) -> None:
+        self._completed.append(snapshot)
+        self._last_completed_id = snapshot.id
+        for sub in self._subs.values():
+            if not sub.info.replicated:
+                continue
+            sent = sub.last_sent
+            if sent is None or snapshot.local_position > sent.local_position:
+                sub.cache.add(snapshot.local_position, snapshot)
+
+    def _maybe_send_update(self, name: str, sub: _Sub, out: list[Output]) -> None:
+        if not self._leader or not sub.info.replicated or sub.mark_delete is None:
+            return
+        snapshot = sub.cache.advance(sub.mark_delete)
+        if snapshot is None:
+            return
+        sent = sub.last_sent
+        if sent is not None and snapshot.local_position <= sent.local_position:
+            return
+        sub.last_sent = SentUpdate(
+            snapshot.id, snapshot.local_position, snapshot.positions, self._now
+        )
+        update = Update(
+            name,
+            sub.info.kind,
+            snapshot.id,
+            snapshot.local_position,
+            snapshot.positions,
+            sub.info.config,
+        )
+        out.append(self._publish(update))
+        out.append(UpdateSent(name, snapshot.id, snapshot.positions))
+
+    def _own_update_seen(self, body: Update) -> None:
+        sub = self._subs.get(body.subscription)
+        if sub is None:
+            return
+        sent = sub.last_sent
+        if sent is None or body.local_position > sent.local_position:
+            sub.last_sent = SentUpdate(
+                body.snapshot_id, body.local_position, body.positions, self._now
+            )
+            sub.cache.advance(body.local_position)
+
+    # ---- responder and receiver -----------------------------------------------------------
+
+    def _respond(self, requester: str, body: Request, read_seq: int) -> list[Output]:
+        key = (body.id, body.round)
+        last = self._answered.get(requester)
+        if last is not None and key <= last:
+            return [
+                MarkerIgnored(
+                    IgnoreReason.DUPLICATE, requester, f"request {body.id} round {body.round}"
+                )
+            ]
+        self._answered[requester] = key
+        position = self._response_position(read_seq)
+        return [self._publish(Response(body.id, body.round, position))]
+
+    def _on_update(self, origin: str, body: Update) -> list[Output]:
+        position = body.positions.get(self._region)
+        name = body.subscription
+        if position is None:
+            return [MarkerIgnored(IgnoreReason.NOT_NAMED, origin, f"update of {name}")]
+        applied = self._applied.setdefault(name, {})
+        previous = applied.get(origin)
+        if previous is not None and body.snapshot_id <= previous.snapshot_id:
+            reason = (
+                IgnoreReason.DUPLICATE
+                if body.snapshot_id == previous.snapshot_id
+                else IgnoreReason.OLDER_UPDATE
+            )
+            return [MarkerIgnored(reason, origin, f"update of {name} {body.snapshot_id}")]
+        sub = self._subs.get(name)
+        if sub is not None and not sub.info.replicated:
+            return [MarkerIgnored(IgnoreReason.NOT_REPLICATED, origin, f"update of {name}")]
+        applied[origin] = AppliedUpdate(origin, body.snapshot_id, position, self._now)
+        if sub is None:
+            info = SubscriptionInfo(body.kind, True, body.config)
+            sub = self._subs[name] = _Sub(info, SnapshotCache(self.config.cache_size), False)
+        if sub.target is None or position > sub.target:
+            sub.target = position
+        out: list[Output] = [UpdateApplied(name, origin, body.snapshot_id, position)]
+        self._reconcile(name, sub, out)
+        return out
+
+    def _reconcile(self, name: str, sub: _Sub, out: list[Output]) -> None:
+        """Carry out an applied update's target: create if absent, move forward only."""
+        target = sub.target
+        if not self._leader or target is None:
+            return
+        external = sub.info.kind is SubscriptionKind.EXTERNAL
+        if not sub.exists:
+            create = CreateCursor if external else CreateConsumer
+            out.append(create(name, sub.info.config, target))
+            sub.exists = True
+            sub.mark_delete = target
+        elif sub.mark_delete is None:
+            return
+        elif sub.mark_delete < target:
+            out.append((MoveCursor if external else MoveConsumer)(name, target))
+            sub.mark_delete = target
+        sub.target = None
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _publish(self, body: Request | Response | Update) -> PublishReplicated:
+        return PublishReplicated(Marker(self._region, self.config.stream, self._epoch, body))
+
+    def _note_marker_seq(self, read_seq: int) -> None:
+        if read_seq > self._last_marker_seq + 1:
+            self._data_high = max(self._data_high, read_seq - 1)
+        self._last_marker_seq = max(self._last_marker_seq, read_seq)
+        self._last_seq = max(self._last_seq, read_seq)

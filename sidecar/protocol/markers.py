@@ -1,0 +1,275 @@
+"""Marker values and their protobuf codec (`protos/rsub/v1/markers.proto`).
+
+The state machine works on the frozen dataclasses below; `encode` turns one into bytes for
+the wire and `decode` validates bytes read from a read stream. `decode` never raises: any
+problem becomes a `Rejected` value naming the field at fault.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from sidecar._gen.rsub.v1 import markers_pb2 as pb
+
+MAX_POSITION = 2**63 - 1
+DEFAULT_MAX_MARKER_BYTES = 64 * 1024
+MAX_ROUND = 2
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,254}")
+
+
+class SubscriptionKind(enum.Enum):
+    DURABLE = "durable"
+    EXTERNAL = "external"
+
+
+_KIND_TO_PB = {
+    SubscriptionKind.DURABLE: pb.SUBSCRIPTION_KIND_DURABLE,
+    SubscriptionKind.EXTERNAL: pb.SUBSCRIPTION_KIND_EXTERNAL,
+}
+_KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SnapshotId:
+    """Unique snapshot id; within one region, ids order by (epoch, counter)."""
+
+    region: str
+    epoch: int
+    counter: int
+
+    def __str__(self) -> str:
+        return f"{self.region}-{self.epoch}-{self.counter}"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: SnapshotId
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """`position` is where the request landed in the responder's read stream."""
+
+    id: SnapshotId
+    round: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A completed snapshot of region `id.region` (stored in that region's read stream)."""
+
+    id: SnapshotId
+    local_position: int
+    positions: Mapping[str, int]
+    started_ms: int
+    completed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    subscription: str
+    kind: SubscriptionKind
+    snapshot_id: SnapshotId
+    local_position: int
+    positions: Mapping[str, int]
+    config: bytes
+
+
+Body = Request | Response | Snapshot | Update
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """Envelope: the writer's region, the virtual stream and the writer's leader epoch."""
+
+    region: str
+    stream: str
+    epoch: int
+    body: Body
+
+
+class RejectReason(enum.Enum):
+    OVERSIZE = "oversize"
+    MALFORMED = "malformed"
+    MISSING_FIELD = "missing_field"
+    UNKNOWN_REGION = "unknown_region"
+    WRONG_STREAM = "wrong_stream"
+    OUT_OF_RANGE = "out_of_range"
+    INVALID_FIELD = "invalid_field"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    reason: RejectReason
+    detail: str
+
+
+class _Invalid(Exception):
+    def __init__(self, reason: RejectReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def encode(marker: Marker) -> bytes:
+    msg = pb.Marker(region=marker.region, stream=marker.stream, epoch=marker.epoch)
+    body = marker.body
+    if isinstance(body, Request):
+        msg.request.id.CopyFrom(_id_pb(body.id))
+        msg.request.round = body.round
+    elif isinstance(body, Response):
+        msg.response.id.CopyFrom(_id_pb(body.id))
+        msg.response.round = body.round
+        msg.response.position = body.position
+    elif isinstance(body, Snapshot):
+        msg.snapshot.id.CopyFrom(_id_pb(body.id))
+        msg.snapshot.local_position = body.local_position
+        msg.snapshot.positions.update(body.positions)
+        msg.snapshot.started_unix_ms = body.started_ms
+        msg.snapshot.completed_unix_ms = body.completed_ms
+    else:
+        msg.update.subscription = body.subscription
+        msg.update.kind = _KIND_TO_PB[body.kind]
+        msg.update.snapshot_id.CopyFrom(_id_pb(body.snapshot_id))
+        msg.update.local_position = body.local_position
+        msg.update.positions.update(body.positions)
+        msg.update.config = body.config
+    return msg.SerializeToString()
+
+
+def decode(
+    data: bytes,
+    *,
+    stream: str,
+    regions: Collection[str],
+    max_bytes: int = DEFAULT_MAX_MARKER_BYTES,
+) -> Marker | Rejected:
+    """Parse and validate one marker read from `stream`'s read stream."""
+    if len(data) > max_bytes:
+        return Rejected(RejectReason.OVERSIZE, f"marker is {len(data)} bytes, limit {max_bytes}")
+    msg = pb.Marker()
+    try:
+        msg.ParseFromString(data)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        return Rejected(RejectReason.MALFORMED, f"not a marker: {exc}")
+    try:
+        return _validate(msg, stream, regions)
+    except _Invalid as exc:
+        return Rejected(exc.reason, exc.detail)
+
+
+def _validate(msg: pb.Marker, stream: str, regions: Collection[str]) -> Marker:
+    region = _region("region", msg.region, regions)
+    if msg.stream != stream:
+        raise _Invalid(RejectReason.WRONG_STREAM, f"stream: {msg.stream!r}, expected {stream!r}")
+    epoch = _positive("epoch", msg.epoch)
+    kind = msg.WhichOneof("body")
+    body: Body
+    if kind == "request":
+        body = Request(
+            _snapshot_id("request.id", msg.request, "id", regions, region),
+            _round("request.round", msg.request.round),
+        )
+    elif kind == "response":
+        sid = _snapshot_id("response.id", msg.response, "id", regions, None)
+        if sid.region == region:
+            raise _Invalid(
+                RejectReason.INVALID_FIELD, f"response.id.region: {region} answers itself"
+            )
+        body = Response(
+            sid,
+            _round("response.round", msg.response.round),
+            _positive("response.position", msg.response.position),
+        )
+    elif kind == "snapshot":
+        s = msg.snapshot
+        body = Snapshot(
+            _snapshot_id("snapshot.id", s, "id", regions, region),
+            _positive("snapshot.local_position", s.local_position),
+            _positions("snapshot.positions", s.positions, regions, region),
+            s.started_unix_ms,
+            s.completed_unix_ms,
+        )
+    elif kind == "update":
+        u = msg.update
+        if not _NAME_RE.fullmatch(u.subscription):
+            raise _Invalid(
+                RejectReason.INVALID_FIELD if u.subscription else RejectReason.MISSING_FIELD,
+                f"update.subscription: invalid name {u.subscription[:64]!r}",
+            )
+        if u.kind not in _KIND_FROM_PB:
+            raise _Invalid(RejectReason.INVALID_FIELD, f"update.kind: unknown kind {u.kind}")
+        body = Update(
+            u.subscription,
+            _KIND_FROM_PB[u.kind],
+            _snapshot_id("update.snapshot_id", u, "snapshot_id", regions, region),
+            _positive("update.local_position", u.local_position),
+            _positions("update.positions", u.positions, regions, region),
+            u.config,
+        )
+    else:
+        raise _Invalid(RejectReason.MISSING_FIELD, "body: no request/response/snapshot/update")
+    return Marker(region, stream, epoch, body)
+
+
+def _region(field: str, value: str, regions: Collection[str]) -> str:
+    if not value:
+        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: missing")
+    if value not in regions:
+        raise _Invalid(RejectReason.UNKNOWN_REGION, f"{field}: unknown region {value[:64]!r}")
+    return value
+
+
+def _positive(field: str, value: int) -> int:
+    if value == 0:
+        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: missing")
+    if value > MAX_POSITION:
+        raise _Invalid(RejectReason.OUT_OF_RANGE, f"{field}: {value} exceeds 2**63-1")
+    return value
+
+
+def _round(field: str, value: int) -> int:
+    if not 1 <= value <= MAX_ROUND:
+        raise _Invalid(RejectReason.INVALID_FIELD, f"{field}: {value} not in 1..{MAX_ROUND}")
+    return value
+
+
+def _snapshot_id(
+    field: str,
+    parent: pb.SnapshotRequest | pb.SnapshotResponse | pb.CompletedSnapshot | pb.SubscriptionUpdate,
+    name: str,
+    regions: Collection[str],
+    writer: str | None,
+) -> SnapshotId:
+    if not parent.HasField(name):
+        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: missing")
+    sid: pb.SnapshotId = getattr(parent, name)
+    region = _region(f"{field}.region", sid.region, regions)
+    if writer is not None and region != writer:
+        raise _Invalid(RejectReason.INVALID_FIELD, f"{field}.region: {region}, writer is {writer}")
+    return SnapshotId(
+        region, _positive(f"{field}.epoch", sid.epoch), _positive(f"{field}.counter", sid.counter)
+    )
+
+
+def _positions(
+    field: str, value: Mapping[str, int], regions: Collection[str], writer: str
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for region, position in value.items():
+        _region(f"{field} key", region, regions)
+        if region == writer:
+            raise _Invalid(RejectReason.INVALID_FIELD, f"{field}: names the writer {writer}")
+        out[region] = _positive(f"{field}[{region}]", position)
+    return out
+
+
+def _id_pb(sid: SnapshotId) -> pb.SnapshotId:
+    return pb.SnapshotId(region=sid.region, epoch=sid.epoch, counter=sid.counter)
