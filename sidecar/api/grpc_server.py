@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -27,6 +25,7 @@ from sidecar.api import convert
 from sidecar.api.backend import SidecarBackend
 from sidecar.api.errors import ApiError, InvalidArgument, NotFound, NotLeader, Unavailable
 from sidecar.api.validation import require_name
+from sidecar.config import GrpcTlsConfig
 
 log = structlog.get_logger(__name__)
 
@@ -203,21 +202,16 @@ def _rejecting(code: grpc.StatusCode, detail: str) -> Any:
     return grpc.unary_unary_rpc_method_handler(reject)
 
 
-@dataclass(frozen=True)
-class TlsConfig:
-    """Server TLS; with `client_ca_file`, clients must present a certificate it signed."""
-
-    cert_file: Path
-    key_file: Path
-    client_ca_file: Path | None = None
-
-    def server_credentials(self) -> grpc.ServerCredentials:
-        client_ca = self.client_ca_file.read_bytes() if self.client_ca_file else None
-        return grpc.ssl_server_credentials(
-            [(self.key_file.read_bytes(), self.cert_file.read_bytes())],
-            root_certificates=client_ca,
-            require_client_auth=client_ca is not None,
-        )
+def _server_credentials(tls: GrpcTlsConfig) -> grpc.ServerCredentials:
+    """TLS from the configuration; a client CA turns on mutual TLS (client certs required)."""
+    if tls.cert_file is None or tls.key_file is None:
+        raise ValueError("gRPC TLS needs both cert_file and key_file")
+    client_ca = tls.client_ca_file.read_bytes() if tls.client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
 
 
 class GrpcServerHandle:
@@ -276,10 +270,14 @@ async def start_grpc_server(
     listen: str,
     *,
     auth_token: str | None = None,
-    tls: TlsConfig | None = None,
+    tls: GrpcTlsConfig | None = None,
     health_poll_interval_s: float = 0.5,
 ) -> GrpcServerHandle:
-    """Serve the API on `listen` ("host:port"; port 0 picks a free port)."""
+    """Serve the API on `listen` ("host:port"; port 0 picks a free port).
+
+    TLS is on when `tls` is given and enabled (`tls.cert_file` set).
+    """
+    credentials = _server_credentials(tls) if tls is not None and tls.enabled else None
     interceptors = [_BearerTokenAuth(auth_token)] if auth_token else []
     server = grpc.aio.server(interceptors=interceptors)
     api_pb2_grpc.add_CursorServiceServicer_to_server(_CursorService(backend), server)
@@ -296,10 +294,10 @@ async def start_grpc_server(
         server,
     )
     try:
-        if tls is None:
+        if credentials is None:
             port = server.add_insecure_port(listen)
         else:
-            port = server.add_secure_port(listen, tls.server_credentials())
+            port = server.add_secure_port(listen, credentials)
     except RuntimeError as error:
         raise OSError(f"gRPC server cannot listen on {listen!r}: {error}") from error
     ready = backend.readiness.ready
@@ -309,6 +307,10 @@ async def start_grpc_server(
         _track_readiness(backend, health, ready, health_poll_interval_s), name="grpc-health"
     )
     log.info(
-        "grpc_server_started", listen=listen, port=port, tls=tls is not None, auth=bool(auth_token)
+        "grpc_server_started",
+        listen=listen,
+        port=port,
+        tls=credentials is not None,
+        auth=bool(auth_token),
     )
     return GrpcServerHandle(server, port, health, health_task)

@@ -12,17 +12,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sidecar.api.backend import SidecarBackend
 from sidecar.api.metrics import SidecarMetrics
+from sidecar.config import split_host_port
 
 log = structlog.get_logger(__name__)
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """Split "host:port" (IPv6 hosts in brackets: "[::]:9090") into host and port."""
-    host, sep, port_text = listen.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"listen address {listen!r} must look like HOST:PORT, e.g. 0.0.0.0:9090")
-    return host, int(port_text)
 
 
 class HttpServerHandle:
@@ -66,7 +58,7 @@ async def start_http_server(
     backend: SidecarBackend, metrics: SidecarMetrics, listen: str
 ) -> HttpServerHandle:
     """Serve the endpoints on `listen` ("host:port"; port 0 picks a free port)."""
-    host, port = parse_listen(listen)
+    host, port = split_host_port(listen)
     runner = web.AppRunner(build_app(backend, metrics), access_log=None)
     await runner.setup()
     try:

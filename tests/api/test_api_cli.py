@@ -16,8 +16,9 @@ import pytest
 from api_fakes import STREAM, Certs, MemoryBackend
 
 from sidecar.api.cli import table
-from sidecar.api.grpc_server import GrpcServerHandle, TlsConfig, start_grpc_server
+from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.cli import main
+from sidecar.config import GrpcTlsConfig
 
 
 async def rsub(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -191,7 +192,7 @@ async def test_bad_tls_options_exit_2(
 
 @pytest.fixture
 async def guarded_server(backend: MemoryBackend, certs: Certs) -> AsyncIterator[GrpcServerHandle]:
-    tls = TlsConfig(certs.server_cert, certs.server_key, client_ca_file=certs.ca)
+    tls = GrpcTlsConfig(certs.server_cert, certs.server_key, client_ca_file=certs.ca)
     server = await start_grpc_server(backend, "127.0.0.1:0", auth_token="t0ken", tls=tls)
     yield server
     await server.stop(None)

@@ -15,7 +15,8 @@ from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
 from sidecar.api.backend import Readiness, SubscriptionKind
 from sidecar.api.errors import ApiError, InvalidArgument, NotFound, NotLeader, Unavailable
-from sidecar.api.grpc_server import GrpcServerHandle, TlsConfig, start_grpc_server, status_of
+from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server, status_of
+from sidecar.config import GrpcTlsConfig
 
 Code = grpc.StatusCode
 
@@ -404,7 +405,7 @@ async def status_over(target: str, credentials: object | None) -> grpc.StatusCod
 
 
 async def test_tls(backend: MemoryBackend, certs: Certs) -> None:
-    tls = TlsConfig(cert_file=certs.server_cert, key_file=certs.server_key)
+    tls = GrpcTlsConfig(cert_file=certs.server_cert, key_file=certs.server_key)
     server = await start_grpc_server(backend, "127.0.0.1:0", tls=tls)
     target = f"localhost:{server.port}"
     try:
@@ -417,7 +418,9 @@ async def test_tls(backend: MemoryBackend, certs: Certs) -> None:
 
 
 async def test_mutual_tls(backend: MemoryBackend, certs: Certs) -> None:
-    tls = TlsConfig(cert_file=certs.server_cert, key_file=certs.server_key, client_ca_file=certs.ca)
+    tls = GrpcTlsConfig(
+        cert_file=certs.server_cert, key_file=certs.server_key, client_ca_file=certs.ca
+    )
     server = await start_grpc_server(backend, "127.0.0.1:0", tls=tls)
     target = f"localhost:{server.port}"
     try:
