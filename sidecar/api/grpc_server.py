@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
@@ -78,13 +79,13 @@ def _unary(
 ) -> Callable[[_Self, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]:
     """Adapt `method(self, request)` into a grpc.aio handler that maps errors to statuses."""
 
+    @functools.wraps(method)
     async def handler(self: _Self, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
         try:
             return await method(self, request)
         except Exception as error:
             await _abort_for(context, error, method.__name__)
 
-    handler.__name__ = method.__name__
     return handler
 
 
