@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES: tuple[str, ...] = ("sidecar.api.cli",)
+COMMAND_MODULES: tuple[str, ...] = ("sidecar.api.cli", "sidecar.nats.topology_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ from typing import Any
 
 import nats
 
+from sidecar.logs import configure_logging
 from sidecar.nats.names import VirtualStream
 from sidecar.nats.topology import TopologyError, TopologyReport, apply_topology
 
@@ -77,6 +78,8 @@ async def _apply(args: argparse.Namespace) -> list[TopologyReport]:
 
 
 def run_apply(args: argparse.Namespace) -> int:
+    # The report is the output; logs go to stderr so that --json stays parseable.
+    configure_logging(level="warning", stream=sys.stderr)
     try:
         reports = asyncio.run(_apply(args))
     except (TopologyError, ValueError) as exc:
