@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import yaml
 
+from sidecar.logs import LogFormat, LogLevel
 from sidecar.nats.names import NamingError, VirtualStream
 
 ENV_PREFIX = "RSUB_"
@@ -35,9 +36,6 @@ DEFAULT_READ_STREAM = "{name}-read-{region}"
 BUCKET_RE = re.compile(r"[A-Za-z0-9_-]+")
 _NATS_URL_RE = re.compile(r"(nats|tls|ws|wss)://([^/?#@]+@)?[^/?#@:]+(:\d+)?/?")
 _JETSTREAM_MAX_REPLICAS = 5
-
-LogFormat = Literal["auto", "json", "console"]
-LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
 class ConfigError(ValueError):

@@ -16,8 +16,9 @@ import structlog
 from structlog.typing import Processor
 
 LogFormat = Literal["auto", "json", "console"]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
-_LEVELS = {
+_LEVELS: dict[str, int] = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
     "warning": logging.WARNING,
