@@ -11,7 +11,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES: tuple[str, ...] = ("sidecar.api.cli", "sidecar.nats.topology_cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "sidecar.api.cli",
+    "sidecar.dev.cli",
+    "sidecar.nats.topology_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

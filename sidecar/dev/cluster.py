@@ -28,7 +28,10 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
+import nats
+import nats.errors
 import structlog
+from nats.aio.client import Client as NATS
 
 from sidecar.dev.ports import HOST, free_ports, refusing_socket
 from sidecar.dev.proxy import LinkProxy
@@ -44,6 +47,7 @@ _STOP_TIMEOUT_S = 5.0
 _HTTP_TIMEOUT_S = 2.0
 _START_ATTEMPTS = 3
 _PR_SET_PDEATHSIG = 1
+_SOURCE_IDLE_S = 3.0
 
 
 class ClusterError(RuntimeError):
@@ -346,7 +350,7 @@ class LocalSuperCluster:
                 for b in self.regions:
                     if a != b:
                         upstreams = [(HOST, s.gateway_port) for s in self._specs[b]]
-                        proxy = LinkProxy(f"{a}->{b}", upstreams)
+                        proxy = LinkProxy(f"{a}->{b}", a, upstreams)
                         await proxy.start()
                         self._proxies[(a, b)] = proxy
         for region in self.regions:
@@ -499,6 +503,52 @@ class LocalSuperCluster:
         inbound = set(gatewayz.get("inbound_gateways") or {})
         if missing := sorted(wanted - outbound) + sorted(wanted - inbound):
             return f"{spec.name} gateways to {missing} not connected"
+        return ""
+
+    async def wait_sources_active(
+        self,
+        timeout: float = 90,  # noqa: ASYNC109 (same style as wait_ready)
+        *,
+        regions: Sequence[str] | None = None,
+        max_idle_s: float = _SOURCE_IDLE_S,
+    ) -> None:
+        """Wait until every sourced stream placed in `regions` (default: all) hears from
+        each of its sources within `max_idle_s` (sources send heartbeats every second).
+
+        After a region loss or a long cut, JetStream retries sourcing with a back-off, so
+        this can take 30-45 s.
+        """
+        deadline = time.monotonic() + timeout
+        for region in regions or self.regions:
+            nc = await nats.connect(
+                servers=self.servers(region), max_reconnect_attempts=-1, connect_timeout=2
+            )
+            try:
+                while problem := await self._idle_sources(nc, region, max_idle_s):
+                    if time.monotonic() > deadline:
+                        raise ClusterError(f"sources not active after {timeout}s: {problem}")
+                    await asyncio.sleep(0.5)
+            finally:
+                await nc.close()
+
+    @staticmethod
+    async def _idle_sources(nc: NATS, region: str, max_idle_s: float) -> str:
+        try:
+            infos = await nc.jetstream().streams_info()
+        except (nats.errors.Error, TimeoutError) as exc:
+            return f"cannot list streams in {region}: {exc!r}"
+        for info in infos:
+            if info.cluster is None or info.cluster.name != region:
+                continue
+            for source in info.sources or []:
+                # `active` is nanoseconds since the source was last heard from; -1 = never.
+                active_ns = source.active if source.active is not None else -1
+                idle_s = active_ns / 1e9
+                if source.error is not None or active_ns < 0 or idle_s > max_idle_s:
+                    return (
+                        f"stream {info.config.name} in {region}: source {source.name} "
+                        f"idle {idle_s:.1f}s, error {source.error}"
+                    )
         return ""
 
     def _link_cut(self, a: str, b: str) -> bool:

@@ -3,15 +3,21 @@
 Region A's servers reach region B's gateway ports only through a `LinkProxy`, so the link
 can be cut (existing connections closed, new ones refused with a reset), restored, and
 delayed (every forwarded chunk is held back by a fixed time, byte order kept) without root.
+
+Gateways gossip the URLs they are configured with, so region A also learns the proxy that
+region C uses to reach B. Each proxy therefore reads the dialer's first protocol line
+(`CONNECT {"gateway": "<region>", ...}`) and drops connections from any other region:
+the only way from A to B stays the A->B proxy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -25,12 +31,14 @@ _CONNECT_TIMEOUT_S = 2.0
 
 
 class LinkProxy:
-    """Listens on 127.0.0.1 and forwards each connection to the first reachable upstream."""
+    """Listens on 127.0.0.1 and forwards connections from gateway `origin` to the first
+    reachable upstream."""
 
-    def __init__(self, name: str, upstreams: Sequence[tuple[str, int]]) -> None:
+    def __init__(self, name: str, origin: str, upstreams: Sequence[tuple[str, int]]) -> None:
         if not upstreams:
             raise ValueError(f"proxy {name}: at least one upstream is needed")
         self.name = name
+        self.origin = origin
         self._upstreams = list(upstreams)
         self._next_upstream = 0
         self._server: asyncio.Server | None = None
@@ -73,6 +81,20 @@ class LinkProxy:
     def restore(self) -> None:
         self._cut = False
         log.info("link_restored", proxy=self.name)
+
+    def accepts(self, first_line: bytes) -> bool:
+        """True if the dialer's first line is a gateway CONNECT from `origin`."""
+        verb, _, payload = first_line.partition(b" ")
+        if verb != b"CONNECT":
+            return False
+        try:
+            connect = json.loads(payload)
+        except ValueError:
+            return False
+        accepted = isinstance(connect, dict) and connect.get("gateway") == self.origin
+        if not accepted:
+            log.debug("proxy_rejected_dialer", proxy=self.name, line=first_line[:200])
+        return accepted
 
     def set_delay(self, seconds: float) -> None:
         if seconds < 0:
@@ -132,8 +154,8 @@ class _Connection:
         self._proxy = proxy
         self._writers = (downstream[1], upstream[1])
         self._tasks = [
-            asyncio.ensure_future(self._pump(downstream[0], upstream[1])),
-            asyncio.ensure_future(self._pump(upstream[0], downstream[1])),
+            asyncio.ensure_future(self._pump(downstream[0], upstream[1], proxy.accepts)),
+            asyncio.ensure_future(self._pump(upstream[0], downstream[1], None)),
         ]
 
     async def run(self) -> None:
@@ -151,7 +173,13 @@ class _Connection:
     async def wait_closed(self) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        gate: Callable[[bytes], bool] | None,
+    ) -> None:
+        """Copy reader to writer; if `gate` is given, the first line must pass it."""
         loop = asyncio.get_running_loop()
         # Each chunk carries the loop time when it may leave; b"" marks the end of input.
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(_QUEUED_CHUNKS)
@@ -169,13 +197,18 @@ class _Connection:
 
         sender = asyncio.ensure_future(send())
         try:
+            if gate is not None:
+                first_line = await reader.readuntil(b"\r\n")
+                if not gate(first_line):
+                    return
+                await queue.put((loop.time() + self._proxy.delay_s, first_line))
             while not sender.done():
                 data = await reader.read(_CHUNK_BYTES)
                 await queue.put((loop.time() + self._proxy.delay_s, data))
                 if not data:
                     break
             await sender
-        except OSError:
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
             sender.cancel()

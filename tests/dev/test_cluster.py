@@ -6,14 +6,16 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import aiohttp
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import Placement, StreamConfig, StreamSource
 
-from sidecar.dev.cluster import ClusterFactory, LocalSuperCluster
+from sidecar.dev.cluster import ClusterError, ClusterFactory, LocalSuperCluster
 
 pytestmark = pytest.mark.integration
 
@@ -112,3 +114,90 @@ async def test_sourcing_across_regions(cluster3: LocalSuperCluster) -> None:
     await publish(cluster3, "west", 10)
     async with connect(cluster3, "east") as nc:
         await wait_for_count(nc, "dst", 10, within_s=20)
+
+
+async def gateway_peers(cluster: LocalSuperCluster, region: str) -> tuple[set[str], set[str]]:
+    """Regions that `region`'s first server has (outbound, inbound) gateway connections to."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{cluster.monitors(region)[0]}/gatewayz") as resp,
+    ):
+        gatewayz = await resp.json()
+    return set(gatewayz["outbound_gateways"]), set(gatewayz["inbound_gateways"])
+
+
+async def test_cut_link_partitions_and_restore_resumes(cluster3: LocalSuperCluster) -> None:
+    await make_sourced_pair(cluster3, "west", "east")
+    await publish(cluster3, "west", 5)
+    async with connect(cluster3, "east") as east:
+        await wait_for_count(east, "dst", 5, within_s=20)
+
+        await cluster3.cut_link("west", "east")
+        await publish(cluster3, "west", 5, start=5)
+        # Nothing may cross while cut; gateways must not find a way around the proxies
+        # (gossiped URLs), while the links to central stay up.
+        for _ in range(15):
+            assert (await east.jetstream().stream_info("dst")).state.messages == 5
+            outbound, inbound = await gateway_peers(cluster3, "west")
+            assert outbound == inbound == {"central"}
+            await asyncio.sleep(0.2)
+
+        await cluster3.restore_link("west", "east")
+        await cluster3.wait_ready()
+        await cluster3.wait_sources_active(regions=["east"])
+        await wait_for_count(east, "dst", 10, within_s=60)
+    outbound, inbound = await gateway_peers(cluster3, "west")
+    assert outbound == inbound == {"central", "east"}
+
+
+async def test_link_delay_slows_but_delivers(cluster2: LocalSuperCluster) -> None:
+    delay_s = 0.3
+    async with connect(cluster2, "west") as west, connect(cluster2, "east") as east:
+
+        async def echo(msg: Msg) -> None:
+            await msg.respond(msg.data)
+
+        await east.subscribe("echo", cb=echo)
+        await east.flush()
+        await west.request("echo", b"warm-up", timeout=5)  # interest has crossed the link
+
+        await cluster2.set_link_delay("west", "east", delay_s)
+        started = time.monotonic()
+        reply = await west.request("echo", b"ping", timeout=10)
+        delayed_rtt_s = time.monotonic() - started
+        assert reply.data == b"ping"
+        # Request and reply each cross one delayed direction.
+        assert delayed_rtt_s >= 2 * delay_s
+
+        await cluster2.set_link_delay("west", "east", 0)
+        assert (await west.request("echo", b"again", timeout=5)).data == b"again"
+
+
+async def test_stop_and_start_region_keeps_data(cluster3: LocalSuperCluster) -> None:
+    await make_sourced_pair(cluster3, "west", "east")
+    await publish(cluster3, "west", 10)
+    west_pids = set(cluster3.pids())
+    await cluster3.stop_region("west")
+    assert len(cluster3.pids()) == 2
+    with pytest.raises(ClusterError, match="already running"):
+        await cluster3.start_server("east", 0)
+
+    await cluster3.start_region("west")
+    await cluster3.wait_ready()
+    assert set(cluster3.pids()) != west_pids
+    async with connect(cluster3, "west") as nc:
+        info = await nc.jetstream().stream_info("src")
+    assert info.state.messages == 10
+    assert info.cluster is not None and info.cluster.name == "west"
+
+
+async def test_bad_arguments_name_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="regions: 'no way'"):
+        LocalSuperCluster(["no way"], tmp_path)
+    with pytest.raises(ValueError, match="duplicate"):
+        LocalSuperCluster(["a", "a"], tmp_path)
+    with pytest.raises(ValueError, match="max_file"):
+        LocalSuperCluster(["a"], tmp_path, max_file="lots")
+    cluster = LocalSuperCluster(["a", "b"], tmp_path, proxy_gateways=False)
+    with pytest.raises(ClusterError, match="'c' is not part"):
+        cluster.servers("c")
