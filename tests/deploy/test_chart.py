@@ -246,3 +246,20 @@ def test_config_change_rolls_the_pods(helm_tool: ModuleType) -> None:
         before["spec"]["template"]["metadata"]["annotations"][key]
         != after["spec"]["template"]["metadata"]["annotations"][key]
     )
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_network_policy_lets_prometheus_and_the_helm_test_in(
+    helm_tool: ModuleType, region: str
+) -> None:
+    objs = objects(helm_tool, example_values(helm_tool, region), f"rsub-{region}")
+    grpc_rule, http_rule = objs["NetworkPolicy"]["spec"]["ingress"]
+    assert [p["port"] for p in http_rule["ports"]] == ["http"]
+    # The ServiceMonitor is on, so Prometheus (another namespace) must reach /metrics.
+    assert any("namespaceSelector" in peer for peer in http_rule["from"])
+    test_labels = objs["Pod"]["metadata"]["labels"]
+    assert any(
+        peer.get("podSelector", {}).get("matchLabels", {}).items() <= test_labels.items()
+        and "podSelector" in peer
+        for peer in grpc_rule["from"]
+    )
