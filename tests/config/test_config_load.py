@@ -324,6 +324,8 @@ def test_secrets_not_in_logs() -> None:
     import json
 
     out = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     configure_logging("json", "info", stream=out)
     try:
         data = minimal()
@@ -331,7 +333,10 @@ def test_secrets_not_in_logs() -> None:
         config = Config.from_mapping(data)
         structlog.get_logger("test").info("config_loaded", config=config, nats=config.nats)
     finally:
-        logging.getLogger().handlers.clear()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        structlog.reset_defaults()
+        logging.captureWarnings(False)
     line = json.loads(out.getvalue().strip())
     assert line["event"] == "config_loaded"
     assert "Secret('***')" in line["nats"]
