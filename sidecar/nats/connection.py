@@ -1,0 +1,173 @@
+"""One NATS connection for the sidecar, built from `NatsConfig`, that never gives up.
+
+`NatsConnection.connect()` keeps trying until the first connection succeeds or `close()` is
+called; after that nats-py reconnects forever, and if nats-py ever closes the client for
+good, a new one is connected (so `nc`/`js` may change: fetch them again after `on_change`). The callbacks only
+log and flip `connected`, and call the optional `on_change(connected)` hook.
+
+    conn = NatsConnection(config.nats, name="rsub-west")
+    await conn.connect()
+    conn.js.publish(...); conn.connected
+    await conn.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import nats
+import structlog
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.errors import NoServersError
+from nats.js import JetStreamContext
+from nats.js.manager import JetStreamManager
+
+from sidecar.config import NatsConfig, NatsTlsConfig
+
+log = structlog.get_logger(__name__)
+
+_BACKOFF_START_S = 0.2
+_BACKOFF_MAX_S = 5.0
+_RECONNECT_WAIT_S = 1
+
+
+def tls_context(tls: NatsTlsConfig) -> ssl.SSLContext | None:
+    """An SSL context trusting `ca_file` (else the system CAs), with the client cert if any."""
+    if not tls.enabled:
+        return None
+    context = ssl.create_default_context(
+        cafile=str(tls.ca_file) if tls.ca_file is not None else None
+    )
+    if tls.cert_file is not None:
+        key = str(tls.key_file) if tls.key_file is not None else None
+        context.load_cert_chain(str(tls.cert_file), key)
+    return context
+
+
+def connect_options(config: NatsConfig) -> dict[str, Any]:
+    """Keyword arguments for `nats.connect` (authentication, TLS, reconnect policy)."""
+    options: dict[str, Any] = {
+        "servers": list(config.servers),
+        "connect_timeout": config.connect_timeout_s,
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": _RECONNECT_WAIT_S,
+    }
+    if config.user is not None and config.password is not None:
+        options["user"] = config.user
+        options["password"] = config.password.reveal()
+    if config.token is not None:
+        options["token"] = config.token.reveal()
+    if config.creds_file is not None:
+        options["user_credentials"] = str(config.creds_file)
+    context = tls_context(config.tls)
+    if context is not None:
+        options["tls"] = context
+        if config.tls.server_name is not None:
+            options["tls_hostname"] = config.tls.server_name
+    return options
+
+
+class NatsConnection:
+    def __init__(
+        self,
+        config: NatsConfig,
+        *,
+        name: str,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._config = config
+        self._name = name
+        self._on_change = on_change
+        self._nc: Client | None = None
+        self._closing = False
+        self._attempt: asyncio.Task[Client] | None = None
+        self._reopen: asyncio.Task[None] | None = None
+        self.connected = False
+
+    @property
+    def nc(self) -> Client:
+        if self._nc is None:
+            raise RuntimeError("NatsConnection.connect() has not completed")
+        return self._nc
+
+    @property
+    def js(self) -> JetStreamContext:
+        return self.nc.jetstream()
+
+    @property
+    def jsm(self) -> JetStreamManager:
+        return self.nc.jsm()
+
+    async def connect(self) -> None:
+        """Connect, retrying with back-off until it works; returns early if closed meanwhile."""
+        delay = _BACKOFF_START_S
+        while not self._closing:
+            # nats-py retries a refused first connect by itself; a task lets close() stop it.
+            self._attempt = asyncio.create_task(
+                nats.connect(
+                    name=self._name,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=self._on_reconnected,
+                    closed_cb=self._on_closed,
+                    **connect_options(self._config),
+                )
+            )
+            try:
+                self._nc = await self._attempt
+            except asyncio.CancelledError:
+                if self._closing:
+                    return
+                raise
+            except (TimeoutError, NatsError, NoServersError, OSError) as err:
+                log.warning("nats_connect_failed", error=repr(err), retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_MAX_S)
+                continue
+            log.info("nats_connected", server=str(self._nc.connected_url))
+            self._set(True)
+            return
+
+    async def close(self) -> None:
+        """Flush and close (idempotent)."""
+        self._closing = True
+        for task in (self._attempt, self._reopen):
+            if task is not None and not task.done():
+                task.cancel()
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await self._nc.drain()
+            except (TimeoutError, NatsError) as err:
+                log.warning("nats_drain_failed", error=repr(err))
+                await self._nc.close()
+        self._set(False)
+
+    def _set(self, connected: bool) -> None:
+        if connected != self.connected:
+            self.connected = connected
+            if self._on_change is not None:
+                self._on_change(connected)
+
+    async def _on_error(self, err: Exception) -> None:
+        log.warning("nats_error", error=repr(err))
+
+    async def _on_disconnected(self) -> None:
+        log.warning("nats_disconnected")
+        self._set(False)
+
+    async def _on_reconnected(self) -> None:
+        url = self._nc.connected_url if self._nc is not None else None
+        log.info("nats_reconnected", server=str(url))
+        self._set(True)
+
+    async def _on_closed(self) -> None:
+        self._set(False)
+        if not self._closing:
+            # nats-py closes for good on some protocol errors: start over with a new client.
+            log.error("nats_closed_unexpectedly")
+            self._reopen = asyncio.create_task(self.connect())

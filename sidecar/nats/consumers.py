@@ -1,0 +1,242 @@
+"""Replicated subscriptions on a read stream: read their positions, move them, create them.
+
+- `PositionReader.read()` lists the stream's consumers with one `CONSUMER.LIST` request per
+  256 consumers and returns the mark-delete position `M` of every replicated subscription
+  (metadata `rsub.replicate: "true"`, DESIGN §2): `M = ack_floor.stream_seq`, except that a
+  consumer with nothing pending and nothing awaiting ack has consumed everything, so its
+  `M` is the stream's last sequence read *before* the listing. Replicated consumers with a
+  deliver policy other than `all` / `by_start_sequence` are skipped and logged once.
+- `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
+  the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+).
+- `create_consumer()` creates a missing durable from another region's configuration,
+  starting at `p + 1`; it never replaces an existing one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from nats.aio.client import Client
+from nats.js.errors import APIError
+
+log = structlog.get_logger(__name__)
+
+REPLICATE_KEY = "rsub.replicate"
+SUPPORTED_DELIVER_POLICIES = frozenset({"all", "by_start_sequence"})
+_API = "$JS.API"
+_CONSUMER_ALREADY_EXISTS = 10148
+# Metadata keys the server manages itself (`_nats.ver`, ...): never copied to another region.
+_SERVER_METADATA_PREFIX = "_nats."
+_DEFAULT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ConsumerPosition:
+    name: str
+    mark_delete: int
+    ack_floor: int
+    num_pending: int
+    num_ack_pending: int
+    # The consumer's configuration as the server reports it (JSON form).
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SkippedConsumer:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Positions:
+    stream: str
+    # The stream's last sequence, read before the consumers were listed.
+    last_seq: int
+    consumers: tuple[ConsumerPosition, ...]
+    skipped: tuple[SkippedConsumer, ...]
+
+
+async def api_request(
+    nc: Client, subject: str, payload: Mapping[str, Any] | None = None, *, timeout_s: float
+) -> dict[str, Any]:
+    """One JetStream API call; an error reply raises the matching `nats.js.errors.APIError`."""
+    body = json.dumps(payload).encode() if payload is not None else b""
+    reply = await nc.request(f"{_API}.{subject}", body, timeout=timeout_s)
+    data: dict[str, Any] = json.loads(reply.data)
+    if "error" in data:
+        APIError.from_error(data["error"])  # raises
+    return data
+
+
+async def stream_last_seq(nc: Client, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> int:
+    info = await api_request(nc, f"STREAM.INFO.{stream}", timeout_s=timeout_s)
+    return int(info["state"]["last_seq"])
+
+
+def is_replicated(config: Mapping[str, Any]) -> bool:
+    metadata = config.get("metadata") or {}
+    return bool(metadata.get(REPLICATE_KEY) == "true")
+
+
+def position_of(info: Mapping[str, Any], last_seq: int) -> ConsumerPosition:
+    """The mark-delete position of one consumer, from its `CONSUMER.INFO`-shaped JSON."""
+    ack_floor = int((info.get("ack_floor") or {}).get("stream_seq", 0))
+    pending = int(info.get("num_pending", 0))
+    ack_pending = int(info.get("num_ack_pending", 0))
+    mark_delete = ack_floor
+    if pending == 0 and ack_pending == 0:
+        mark_delete = max(ack_floor, last_seq)
+    return ConsumerPosition(
+        name=str(info["name"]),
+        mark_delete=mark_delete,
+        ack_floor=ack_floor,
+        num_pending=pending,
+        num_ack_pending=ack_pending,
+        config=info.get("config") or {},
+    )
+
+
+class PositionReader:
+    """Reads the positions of one read stream's replicated subscriptions, again and again."""
+
+    def __init__(self, nc: Client, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> None:
+        self._nc = nc
+        self._stream = stream
+        self._timeout = timeout_s
+        self._reported: set[SkippedConsumer] = set()
+
+    async def read(self) -> Positions:
+        last_seq = await stream_last_seq(self._nc, self._stream, timeout_s=self._timeout)
+        consumers: list[ConsumerPosition] = []
+        skipped: list[SkippedConsumer] = []
+        for info in await self._list():
+            config = info.get("config") or {}
+            if not is_replicated(config):
+                continue
+            policy = str(config.get("deliver_policy", "all"))
+            if policy not in SUPPORTED_DELIVER_POLICIES:
+                skip = SkippedConsumer(
+                    str(info["name"]),
+                    f"deliver policy {policy!r} cannot be replicated "
+                    f"(use one of {sorted(SUPPORTED_DELIVER_POLICIES)})",
+                )
+                skipped.append(skip)
+                if skip not in self._reported:
+                    self._reported.add(skip)
+                    log.warning(
+                        "subscription_skipped",
+                        stream=self._stream,
+                        subscription=skip.name,
+                        reason=skip.reason,
+                    )
+                continue
+            consumers.append(position_of(info, last_seq))
+        return Positions(self._stream, last_seq, tuple(consumers), tuple(skipped))
+
+    async def _list(self) -> list[dict[str, Any]]:
+        infos: list[dict[str, Any]] = []
+        while True:
+            page = await api_request(
+                self._nc,
+                f"CONSUMER.LIST.{self._stream}",
+                {"offset": len(infos)},
+                timeout_s=self._timeout,
+            )
+            batch = page.get("consumers") or []
+            infos.extend(batch)
+            if not batch or len(infos) >= int(page.get("total", 0)):
+                return infos
+
+
+@dataclass(frozen=True)
+class MoveOutcome:
+    moved: bool
+    ack_floor_before: int
+    ack_floor_after: int
+
+
+async def _clamped_start(nc: Client, stream: str, position: int, timeout_s: float) -> int:
+    """`position + 1`, but never past the stream's end (`last_seq + 1`)."""
+    return min(position + 1, await stream_last_seq(nc, stream, timeout_s=timeout_s) + 1)
+
+
+async def move_forward(
+    nc: Client,
+    stream: str,
+    durable: str,
+    position: int,
+    *,
+    timeout_s: float = _DEFAULT_TIMEOUT_S,
+) -> MoveOutcome:
+    """Make `durable`'s ack floor at least `position` (clamped); never moves it back.
+
+    Raises `nats.js.errors.NotFoundError` when the durable does not exist.
+    """
+    info = await api_request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
+    before = int((info.get("ack_floor") or {}).get("stream_seq", 0))
+    start = await _clamped_start(nc, stream, position, timeout_s)
+    if start - 1 <= before:
+        return MoveOutcome(False, before, before)
+    reply = await api_request(
+        nc, f"CONSUMER.RESET.{stream}.{durable}", {"seq": start}, timeout_s=timeout_s
+    )
+    after = int((reply.get("ack_floor") or {}).get("stream_seq", start - 1))
+    log.info(
+        "subscription_moved",
+        stream=stream,
+        subscription=durable,
+        ack_floor_before=before,
+        ack_floor_after=after,
+        requested=position,
+    )
+    return MoveOutcome(True, before, after)
+
+
+def replica_config(origin: Mapping[str, Any], durable: str, start_seq: int) -> dict[str, Any]:
+    """The configuration for `durable` in this region: the origin's, starting at `start_seq`."""
+    config = {k: v for k, v in origin.items() if k not in ("opt_start_time", "name")}
+    config["durable_name"] = durable
+    config["deliver_policy"] = "by_start_sequence"
+    config["opt_start_seq"] = start_seq
+    metadata = {
+        k: v
+        for k, v in (origin.get("metadata") or {}).items()
+        if not k.startswith(_SERVER_METADATA_PREFIX)
+    }
+    metadata[REPLICATE_KEY] = "true"
+    config["metadata"] = metadata
+    return config
+
+
+async def create_consumer(
+    nc: Client,
+    stream: str,
+    durable: str,
+    origin_config: Mapping[str, Any],
+    position: int,
+    *,
+    timeout_s: float = _DEFAULT_TIMEOUT_S,
+) -> bool:
+    """Create `durable` on `stream` starting at `position + 1` (clamped) if it is absent.
+
+    Returns False, changing nothing, when a consumer of that name already exists.
+    """
+    start = await _clamped_start(nc, stream, position, timeout_s)
+    config = replica_config(origin_config, durable, start)
+    try:
+        await api_request(
+            nc,
+            f"CONSUMER.CREATE.{stream}.{durable}",
+            {"stream_name": stream, "config": config, "action": "create"},
+            timeout_s=timeout_s,
+        )
+    except APIError as err:
+        if err.err_code == _CONSUMER_ALREADY_EXISTS:
+            return False
+        raise
+    log.info("subscription_created", stream=stream, subscription=durable, start_seq=start)
+    return True

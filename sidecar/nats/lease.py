@@ -1,0 +1,186 @@
+"""Leadership lease among the sidecar replicas of one region (DESIGN §5).
+
+The lease is one key in a KV bucket placed in the region (`open_regional_kv`). Its value
+names the holder. A candidate acquires it with create-if-absent; the holder renews it every
+`ttl/3` with compare-and-set on the revision; a follower that sees the revision unchanged for
+a whole `ttl` (measured on its own monotonic clock, so clocks of different hosts never get
+compared) takes it over with compare-and-set on that revision. The revision written when
+the lease was acquired is the holder's **epoch**; later holders always get a higher one.
+
+The holder considers itself leader only until `0.8 * ttl` after it *sent* its last
+successful renewal: a follower starts counting no earlier than that send, so the old holder
+stops acting before anyone else can acquire.
+
+    lease = Lease(kv, holder="west-1", ttl_s=6.0, on_change=print)
+    task = asyncio.create_task(lease.run())
+    ...; lease.is_leader; lease.epoch
+    task.cancel(); await lease.release()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from nats.errors import Error as NatsError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+log = structlog.get_logger(__name__)
+
+LEASE_KEY = "leader"
+_VALID_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    leader: bool
+    # This replica's epoch while it leads, else 0.
+    epoch: int
+    # The holder last observed in the bucket (None when the lease is free or unknown).
+    holder: str | None
+
+
+class Lease:
+    def __init__(
+        self,
+        kv: KeyValue,
+        holder: str,
+        ttl_s: float,
+        *,
+        on_change: Callable[[LeaseState], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"lease.ttl_s must be positive, got {ttl_s}")
+        self._kv = kv
+        self._holder = holder
+        self._ttl = ttl_s
+        self._on_change = on_change
+        self._clock = clock
+        self._epoch = 0
+        self._revision = 0
+        self._valid_until = 0.0
+        self._observed_holder: str | None = None
+        self._observed_revision = 0
+        self._observed_since = 0.0
+        self._last_state = LeaseState(False, 0, None)
+
+    @property
+    def holder(self) -> str:
+        return self._holder
+
+    @property
+    def is_leader(self) -> bool:
+        return self._epoch > 0 and self._clock() < self._valid_until
+
+    @property
+    def epoch(self) -> int:
+        """The epoch while this replica leads, else 0."""
+        return self._epoch if self.is_leader else 0
+
+    @property
+    def state(self) -> LeaseState:
+        return LeaseState(self.is_leader, self.epoch, self._observed_holder)
+
+    @property
+    def interval_s(self) -> float:
+        return self._ttl / 3
+
+    async def run(self) -> None:
+        """Acquire, renew or watch the lease forever (cancel to stop); errors are retried."""
+        while True:
+            try:
+                await self.step()
+            except (TimeoutError, NatsError) as err:
+                log.warning("lease_step_failed", holder=self._holder, error=repr(err))
+                self._notify()
+            await asyncio.sleep(self.interval_s)
+
+    async def step(self) -> LeaseState:
+        """One round: renew when leading, otherwise look at the lease and acquire it if free."""
+        if self._epoch > 0 and not self.is_leader:
+            self._lose("expired")
+        if self._epoch > 0:
+            await self._renew()
+        else:
+            await self._observe_or_acquire()
+        self._notify()
+        return self.state
+
+    async def release(self) -> None:
+        """Give the lease up (on a clean shutdown) so a follower can take over at once."""
+        if self._epoch == 0:
+            return
+        revision, self._epoch = self._revision, 0
+        try:
+            await self._kv.delete(LEASE_KEY, last=revision)
+        except (TimeoutError, NatsError) as err:
+            log.warning("lease_release_failed", holder=self._holder, error=repr(err))
+        self._notify()
+
+    def _value(self) -> bytes:
+        return json.dumps({"holder": self._holder, "epoch": self._epoch}).encode()
+
+    async def _renew(self) -> None:
+        sent = self._clock()
+        try:
+            self._revision = await self._kv.update(LEASE_KEY, self._value(), last=self._revision)
+        except KeyWrongLastSequenceError:
+            self._lose("taken_over")
+            return
+        self._valid_until = sent + _VALID_FRACTION * self._ttl
+
+    async def _observe_or_acquire(self) -> None:
+        now = self._clock()
+        try:
+            entry = await self._kv.get(LEASE_KEY)
+        except KeyNotFoundError:
+            await self._acquire(now, last=None)
+            return
+        revision = entry.revision or 0
+        self._observed_holder = _holder_of(entry.value)
+        if revision != self._observed_revision:
+            self._observed_revision, self._observed_since = revision, now
+        elif now - self._observed_since >= self._ttl:
+            log.info("lease_expired", holder=self._observed_holder, revision=revision)
+            await self._acquire(now, last=revision)
+
+    async def _acquire(self, sent: float, last: int | None) -> None:
+        value = json.dumps({"holder": self._holder, "epoch": None}).encode()
+        try:
+            if last is None:
+                revision = await self._kv.create(LEASE_KEY, value)
+            else:
+                revision = await self._kv.update(LEASE_KEY, value, last=last)
+        except KeyWrongLastSequenceError:
+            return  # someone else was faster
+        self._epoch = self._revision = revision
+        self._valid_until = sent + _VALID_FRACTION * self._ttl
+        self._observed_holder = self._holder
+        log.info("lease_acquired", holder=self._holder, epoch=revision)
+
+    def _lose(self, reason: str) -> None:
+        log.warning("lease_lost", holder=self._holder, epoch=self._epoch, reason=reason)
+        self._epoch = 0
+        self._observed_holder = None
+        self._observed_revision = 0
+
+    def _notify(self) -> None:
+        state = self.state
+        if state != self._last_state:
+            self._last_state = state
+            if self._on_change is not None:
+                self._on_change(state)
+
+
+def _holder_of(value: bytes | None) -> str | None:
+    try:
+        holder = json.loads(value or b"null")["holder"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return holder if isinstance(holder, str) else None

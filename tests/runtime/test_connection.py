@@ -1,0 +1,86 @@
+"""The sidecar's NATS connection: waits for a server, survives restarts, reports its state."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from runtime_servers import ServerProcess
+
+from sidecar.config import NatsConfig, NatsTlsConfig, Secret
+from sidecar.nats.connection import NatsConnection, connect_options, tls_context
+
+
+async def wait_for(condition: Callable[[], bool], what: str, limit_s: float = 20) -> None:
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.integration
+async def test_connects_once_the_server_appears_and_follows_restarts(
+    stopped_server: ServerProcess,
+) -> None:
+    server = stopped_server
+    changes: list[bool] = []
+    conn = NatsConnection(
+        NatsConfig(servers=(server.url,), connect_timeout_s=0.5),
+        name="test",
+        on_change=changes.append,
+    )
+    connecting = asyncio.create_task(conn.connect())
+    await asyncio.sleep(0.5)
+    assert not conn.connected and not connecting.done()
+    server.start()
+    try:
+        await asyncio.wait_for(connecting, 20)
+        assert conn.connected
+        await conn.nc.publish("x", b"1")
+
+        server.stop()
+        await wait_for(lambda: not conn.connected, "disconnect")
+        server.start()
+        await wait_for(lambda: conn.connected, "reconnect")
+        await conn.nc.publish("x", b"2")
+        assert changes == [True, False, True]
+    finally:
+        await conn.close()
+    assert not conn.connected and changes[-1] is False
+
+
+async def test_close_stops_a_pending_connect() -> None:
+    conn = NatsConnection(
+        NatsConfig(servers=("nats://127.0.0.1:1",), connect_timeout_s=0.2), name="test"
+    )
+    connecting = asyncio.create_task(conn.connect())
+    await asyncio.sleep(0.3)
+    await conn.close()
+    await asyncio.wait_for(connecting, 10)
+    assert not conn.connected
+
+
+def test_options_carry_credentials_and_reconnect_forever() -> None:
+    options = connect_options(
+        NatsConfig(servers=("nats://a:4222", "nats://b:4222"), user="u", password=Secret("p"))
+    )
+    assert options["servers"] == ["nats://a:4222", "nats://b:4222"]
+    assert (options["user"], options["password"]) == ("u", "p")
+    assert options["max_reconnect_attempts"] == -1 and options["allow_reconnect"]
+    assert "tls" not in options and "token" not in options
+    token = connect_options(NatsConfig(servers=("nats://a:4222",), token=Secret("t")))
+    assert token["token"] == "t" and "user" not in token
+
+
+def test_tls_context_uses_the_configured_ca_and_server_name() -> None:
+    ca = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
+    tls = NatsTlsConfig(ca_file=ca, server_name="nats.internal")
+    context = tls_context(tls)
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
+    options = connect_options(NatsConfig(servers=("tls://a:4222",), tls=tls))
+    assert options["tls"] is not None and options["tls_hostname"] == "nats.internal"
+    assert tls_context(NatsTlsConfig()) is None

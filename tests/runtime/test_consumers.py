@@ -1,0 +1,183 @@
+"""Positions, forward-only resets and create-if-absent against a real JetStream server."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext, api
+from nats.js.errors import NotFoundError
+
+from sidecar.nats.consumers import (
+    PositionReader,
+    api_request,
+    create_consumer,
+    move_forward,
+)
+
+pytestmark = pytest.mark.integration
+
+REPLICATED = {"rsub.replicate": "true"}
+
+
+@pytest.fixture
+async def stream(js: JetStreamContext) -> str:
+    """A read-stream-like stream `V` with data on `V.>` and markers on `_rsub.V.>`."""
+    name = f"S{uuid.uuid4().hex[:8]}"
+    await js.add_stream(name=name, subjects=[f"{name}.>", f"_rsub.{name}.>"], max_consumers=300)
+    return name
+
+
+async def publish(js: JetStreamContext, stream: str, data: int, markers: int = 0) -> None:
+    for i in range(data):
+        await js.publish(f"{stream}.west.x", str(i).encode(), stream=stream)
+    for i in range(markers):
+        await js.publish(f"_rsub.{stream}.marker.west", str(i).encode(), stream=stream)
+
+
+async def durable(
+    js: JetStreamContext,
+    stream: str,
+    name: str,
+    metadata: Mapping[str, str] | None = REPLICATED,
+    **config: Any,
+) -> JetStreamContext.PullSubscription:
+    await js.add_consumer(
+        stream,
+        durable_name=name,
+        filter_subject=f"{stream}.>",
+        ack_policy=api.AckPolicy.EXPLICIT,
+        metadata=dict(metadata) if metadata is not None else None,
+        **config,
+    )
+    return await js.pull_subscribe_bind(name, stream=stream)
+
+
+async def consume(sub: JetStreamContext.PullSubscription, n: int, *, ack: bool = True) -> None:
+    for msg in await sub.fetch(n, timeout=2):
+        if ack:
+            await msg.ack_sync()
+
+
+async def test_positions_follow_the_ack_floor_and_the_stream_end_when_caught_up(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=5, markers=2)  # seqs 1-5 data, 6-7 markers
+    behind = await durable(js, stream, "behind")
+    caught_up = await durable(js, stream, "caught_up")
+    unacked = await durable(js, stream, "unacked")
+    await durable(js, stream, "plain", metadata=None)
+    await consume(behind, 3)
+    await consume(caught_up, 5)
+    await consume(unacked, 5, ack=False)
+
+    positions = await PositionReader(nc, stream).read()
+
+    assert positions.last_seq == 7
+    by_name = {c.name: c for c in positions.consumers}
+    assert set(by_name) == {"behind", "caught_up", "unacked"}
+    assert (by_name["behind"].mark_delete, by_name["behind"].num_pending) == (3, 2)
+    # Nothing pending and nothing unacked: everything up to the stream's end is consumed.
+    assert by_name["caught_up"].ack_floor == 5
+    assert by_name["caught_up"].mark_delete == 7
+    assert by_name["unacked"].mark_delete == 0
+    assert by_name["unacked"].num_ack_pending == 5
+    assert positions.skipped == ()
+
+
+async def test_unsupported_deliver_policies_are_skipped_with_a_reason(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=2)
+    await durable(js, stream, "newest", deliver_policy=api.DeliverPolicy.NEW)
+    positions = await PositionReader(nc, stream).read()
+    assert positions.consumers == ()
+    [skipped] = positions.skipped
+    assert skipped.name == "newest"
+    assert "'new'" in skipped.reason
+
+
+async def test_listing_pages_through_many_consumers(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    for i in range(260):
+        await js.add_consumer(
+            stream, durable_name=f"d{i}", filter_subject=f"{stream}.>", metadata=REPLICATED
+        )
+    positions = await PositionReader(nc, stream).read()
+    assert len(positions.consumers) == 260
+
+
+async def test_move_forward_resets_only_forward_and_clamps_to_the_end(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=10)
+    sub = await durable(js, stream, "d")
+    await consume(sub, 4)
+
+    back = await move_forward(nc, stream, "d", 2)
+    assert not back.moved and back.ack_floor_after == 4
+
+    ahead = await move_forward(nc, stream, "d", 7)
+    assert ahead.moved and (ahead.ack_floor_before, ahead.ack_floor_after) == (4, 7)
+    [msg] = await sub.fetch(1, timeout=2)
+    assert msg.metadata.sequence.stream == 8
+    await msg.ack_sync()
+
+    beyond = await move_forward(nc, stream, "d", 1000)
+    assert beyond.moved and beyond.ack_floor_after == 10
+    await publish(js, stream, data=1)
+    [msg] = await sub.fetch(1, timeout=2)
+    assert msg.metadata.sequence.stream == 11
+
+
+async def test_move_forward_of_a_missing_durable_raises_not_found(nc: Client, stream: str) -> None:
+    with pytest.raises(NotFoundError):
+        await move_forward(nc, stream, "missing", 3)
+
+
+async def test_create_consumer_copies_the_origin_config_and_starts_after_the_position(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=6)
+    await durable(js, stream, "origin", max_ack_pending=17, description="from west")
+    origin = await api_request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
+
+    assert await create_consumer(nc, stream, "copy", origin["config"], 4)
+    info = await api_request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
+    config = info["config"]
+    assert config["durable_name"] == "copy"
+    assert config["deliver_policy"] == "by_start_sequence"
+    assert config["opt_start_seq"] == 5
+    assert config["max_ack_pending"] == 17
+    assert config["filter_subject"] == f"{stream}.>"
+    assert config["metadata"]["rsub.replicate"] == "true"
+    assert info["ack_floor"]["stream_seq"] == 4
+    sub = await js.pull_subscribe_bind("copy", stream=stream)
+    [msg] = await sub.fetch(1, timeout=2)
+    assert msg.metadata.sequence.stream == 5
+
+
+async def test_create_consumer_never_replaces_an_existing_one(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=6)
+    await durable(js, stream, "d")
+    origin = await api_request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
+    assert not await create_consumer(nc, stream, "d", origin["config"], 4)
+    info = await api_request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
+    assert info["config"]["deliver_policy"] == "all"
+
+
+async def test_create_consumer_clamps_the_start_to_the_stream_end(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=3)
+    await durable(js, stream, "origin")
+    origin = await api_request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
+    assert await create_consumer(nc, stream, "copy", origin["config"], 50)
+    info = await api_request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
+    assert info["config"]["opt_start_seq"] == 4

@@ -1,0 +1,117 @@
+"""The leadership lease against a real JetStream server (clocks injected, no sleeping)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from sidecar.nats.lease import Lease, LeaseState
+from sidecar.nats.regional_kv import open_regional_kv
+
+pytestmark = pytest.mark.integration
+
+TTL = 6.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def kv(js: JetStreamContext) -> KeyValue:
+    return await open_regional_kv(js, f"lease-{uuid.uuid4().hex[:8]}", "west")
+
+
+async def test_bucket_is_placed_in_the_region_and_reopening_is_idempotent(
+    js: JetStreamContext,
+) -> None:
+    bucket = f"lease-{uuid.uuid4().hex[:8]}"
+    await open_regional_kv(js, bucket, "west")
+    again = await open_regional_kv(js, bucket, "west")
+    info = await js.stream_info(f"KV_{bucket}")
+    assert info.config.placement is not None
+    assert info.config.placement.cluster == "west"
+    assert info.config.max_msgs_per_subject == 1
+    assert info.config.subjects == [f"$KV.{bucket}.>"]
+    assert await again.put("k", b"v") > 0
+
+
+async def test_first_candidate_acquires_second_follows_and_renewal_keeps_epoch(
+    kv: KeyValue,
+) -> None:
+    changes: list[LeaseState] = []
+    a = Lease(kv, "a", TTL, clock=Clock(), on_change=changes.append)
+    b = Lease(kv, "b", TTL, clock=Clock())
+    await a.step()
+    assert a.is_leader and a.epoch > 0
+    await b.step()
+    assert not b.is_leader and b.epoch == 0 and b.state.holder == "a"
+    epoch = a.epoch
+    await a.step()
+    await a.step()
+    assert a.is_leader and a.epoch == epoch
+    assert changes == [LeaseState(True, epoch, "a")]
+
+
+async def test_expired_lease_is_taken_over_with_a_higher_epoch(kv: KeyValue) -> None:
+    clock_a, clock_b = Clock(), Clock()
+    a = Lease(kv, "a", TTL, clock=clock_a)
+    b = Lease(kv, "b", TTL, clock=clock_b)
+    await a.step()
+    first = a.epoch
+    await b.step()  # b starts watching the revision
+    clock_b.now += TTL
+    await b.step()
+    assert b.is_leader and b.epoch > first
+    # a did not notice yet (its clock stood still); its next renewal fails on the revision.
+    await a.step()
+    assert not a.is_leader and a.epoch == 0
+    assert a.state.holder is None
+    await a.step()
+    assert a.state.holder == "b"
+
+
+async def test_renewals_prevent_takeover(kv: KeyValue) -> None:
+    clock_a, clock_b = Clock(), Clock()
+    a = Lease(kv, "a", TTL, clock=clock_a)
+    b = Lease(kv, "b", TTL, clock=clock_b)
+    await a.step()
+    for _ in range(4):
+        await b.step()
+        clock_a.now += TTL / 3
+        clock_b.now += TTL * 0.9
+        await a.step()
+    await b.step()
+    assert a.is_leader and not b.is_leader
+
+
+async def test_leader_that_cannot_renew_in_time_stops_leading(kv: KeyValue) -> None:
+    clock = Clock()
+    a = Lease(kv, "a", TTL, clock=clock)
+    await a.step()
+    clock.now += TTL * 0.8
+    assert not a.is_leader and a.epoch == 0
+
+
+async def test_release_lets_a_follower_acquire_at_once(kv: KeyValue) -> None:
+    a = Lease(kv, "a", TTL, clock=Clock())
+    b = Lease(kv, "b", TTL, clock=Clock())
+    await a.step()
+    first = a.epoch
+    await b.step()
+    await a.release()
+    assert not a.is_leader
+    await b.step()
+    assert b.is_leader and b.epoch > first
+
+
+async def test_ttl_must_be_positive(kv: KeyValue) -> None:
+    with pytest.raises(ValueError, match="ttl_s"):
+        Lease(kv, "a", 0)
