@@ -134,10 +134,10 @@ async def adopt_under_load(cluster: LocalSuperCluster, replicas: int) -> None:
                 # Each origin's data and marker keep the origin's order in the read stream.
                 seqs = [m.origin[1] for m in everything if m.origin and m.origin[0] == x]
                 assert seqs == sorted(seqs)
-            w = await stream_info(ncs[r], vs.write_stream(r))
-            assert w["state"]["messages"] == per_region + 1
-            assert w["config"]["max_age"] == HOUR_NS
-            assert w["config"]["num_replicas"] == replicas
+            winfo = await stream_info(ncs[r], vs.write_stream(r))
+            assert winfo["state"]["messages"] == per_region + 1
+            assert winfo["config"]["max_age"] == HOUR_NS
+            assert winfo["config"]["num_replicas"] == replicas
 
         again = await apply_topology(ncs["east"], vs)
         assert {s.action for s in again.streams} == {"unchanged"}, again

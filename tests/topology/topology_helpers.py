@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -84,3 +85,36 @@ async def publish_many(nc: Client, subjects: list[str], start: int, count: int) 
         await asyncio.gather(
             *(js.publish(subjects[i % len(subjects)], str(i).encode()) for i in range(chunk, end))
         )
+
+
+async def check_converged(
+    ncs: dict[str, Client], vs: VirtualStream, expected: dict[str, int]
+) -> None:
+    """Every read stream holds exactly the data of every write stream, each origin in the
+    write stream's order, no marker among the data, every marker among the markers."""
+    writes: dict[str, list[Stored]] = {
+        r: await read_all(ncs[r], vs, vs.write_stream(r), ">") for r in vs.regions
+    }
+    for r, msgs in writes.items():
+        assert len(msgs) == expected[r]
+    for region in vs.regions:
+        nc = ncs[region]
+        data = await read_all(nc, vs, vs.read_stream(region), vs.data_filter())
+        per_origin: dict[str, list[Stored]] = defaultdict(list)
+        for m in data:
+            assert m.origin is not None, m
+            assert not m.subject.startswith("_rsub."), m
+            per_origin[m.origin[0]].append(m)
+        for origin in vs.regions:
+            want = [w for w in writes[origin] if not w.subject.startswith("_rsub.")]
+            got = per_origin[origin]
+            assert [g.origin for g in got] == [(origin, w.seq) for w in want]
+            assert [g.data for g in got] == [w.data for w in want]
+            assert [g.subject for g in got] == [
+                w.subject.replace(f"{vs.name}.{origin}.", f"{vs.name}.", 1) for w in want
+            ]
+        markers = await read_all(nc, vs, vs.read_stream(region), vs.marker_filter())
+        want_markers = sorted(
+            w.msg_id or "" for r in vs.regions for w in writes[r] if w.subject.startswith("_rsub.")
+        )
+        assert sorted(m.msg_id or "" for m in markers) == want_markers
