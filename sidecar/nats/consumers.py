@@ -1,13 +1,15 @@
 """Replicated subscriptions on a read stream: read their positions, move them, create them.
 
 - `PositionReader.read()` lists the stream's consumers with one `CONSUMER.LIST` request per
-  256 consumers and returns the mark-delete position `M` of every replicated subscription
-  (metadata `rsub.replicate: "true"`, DESIGN §2): `M = ack_floor.stream_seq`, except that a
+  256 consumers and returns every durable, flagged `replicated` when its metadata has
+  `rsub.replicate: "true"`, with its mark-delete position `M` (DESIGN §2):
+  `M = ack_floor.stream_seq`, except that a
   consumer with nothing pending and nothing awaiting ack has consumed everything, so its
   `M` is the stream's last sequence read *before* the listing. Replicated consumers with a
   deliver policy other than `all` / `by_start_sequence` are skipped and logged once.
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
   the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+).
+- `set_replicated()` sets or clears the `rsub.replicate` metadata of a durable.
 - `create_consumer()` creates a missing durable from another region's configuration,
   starting at `p + 1`; it never replaces an existing one.
 """
@@ -37,6 +39,7 @@ _DEFAULT_TIMEOUT_S = 5.0
 @dataclass(frozen=True)
 class ConsumerPosition:
     name: str
+    replicated: bool
     mark_delete: int
     ack_floor: int
     num_pending: int
@@ -92,6 +95,7 @@ def position_of(info: Mapping[str, Any], last_seq: int) -> ConsumerPosition:
         mark_delete = max(ack_floor, last_seq)
     return ConsumerPosition(
         name=str(info["name"]),
+        replicated=is_replicated(info.get("config") or {}),
         mark_delete=mark_delete,
         ack_floor=ack_floor,
         num_pending=pending,
@@ -115,10 +119,10 @@ class PositionReader:
         skipped: list[SkippedConsumer] = []
         for info in await self._list():
             config = info.get("config") or {}
-            if not is_replicated(config):
-                continue
+            if not config.get("durable_name"):
+                continue  # ephemeral consumers are nobody's subscription
             policy = str(config.get("deliver_policy", "all"))
-            if policy not in SUPPORTED_DELIVER_POLICIES:
+            if is_replicated(config) and policy not in SUPPORTED_DELIVER_POLICIES:
                 skip = SkippedConsumer(
                     str(info["name"]),
                     f"deliver policy {policy!r} cannot be replicated "
@@ -240,3 +244,39 @@ async def create_consumer(
         raise
     log.info("subscription_created", stream=stream, subscription=durable, start_seq=start)
     return True
+
+
+async def set_replicated(
+    nc: Client,
+    stream: str,
+    durable: str,
+    replicated: bool,
+    *,
+    timeout_s: float = _DEFAULT_TIMEOUT_S,
+) -> ConsumerPosition:
+    """Set (or clear) `rsub.replicate` on `durable`; returns its state after the change.
+
+    Raises `NotFoundError` for a missing durable and `ValueError` when the durable cannot be
+    replicated (its deliver policy).
+    """
+    info = await api_request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
+    config = dict(info["config"])
+    policy = str(config.get("deliver_policy", "all"))
+    if replicated and policy not in SUPPORTED_DELIVER_POLICIES:
+        raise ValueError(
+            f"subscription {durable!r}: deliver policy {policy!r} cannot be replicated"
+        )
+    metadata = dict(config.get("metadata") or {})
+    if replicated:
+        metadata[REPLICATE_KEY] = "true"
+    else:
+        metadata.pop(REPLICATE_KEY, None)
+    config["metadata"] = metadata
+    updated = await api_request(
+        nc,
+        f"CONSUMER.CREATE.{stream}.{durable}",
+        {"stream_name": stream, "config": config, "action": "update"},
+        timeout_s=timeout_s,
+    )
+    last_seq = await stream_last_seq(nc, stream, timeout_s=timeout_s)
+    return position_of(updated, last_seq)

@@ -69,10 +69,16 @@ class Lease:
         self._observed_revision = 0
         self._observed_since = 0.0
         self._last_state = LeaseState(False, 0, None)
+        self._known = False
 
     @property
     def holder(self) -> str:
         return self._holder
+
+    @property
+    def known(self) -> bool:
+        """True when the last round reached the bucket (leadership is known, either way)."""
+        return self._known
 
     @property
     def is_leader(self) -> bool:
@@ -109,6 +115,7 @@ class Lease:
             await self._renew()
         else:
             await self._observe_or_acquire()
+        self._known = True
         self._notify()
         return self.state
 

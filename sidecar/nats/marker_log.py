@@ -5,8 +5,8 @@
 - `tail_markers()` yields markers from a start sequence on, live (an ordered push consumer,
   recreated by nats-py after gaps or missed heartbeats). Restart it from `last.seq + 1`
   when it ends (the connection was closed).
-- `publish_marker()` writes one marker with a `Nats-Msg-Id` (`new_msg_id()` makes globally
-  unique ones), to the write stream (replicated markers) or to the region's own read
+- `publish_marker()` writes one marker with a globally unique `Nats-Msg-Id` chosen by the
+  caller (a retry with the same id is stored once), to the write stream (replicated markers) or to the region's own read
   stream (snapshot markers); `stream` is checked by the server (`Nats-Expected-Stream`).
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
@@ -41,10 +40,6 @@ class StoredMarker:
 class Published:
     seq: int
     duplicate: bool
-
-
-def new_msg_id(region: str) -> str:
-    return f"rsub-{region}-{uuid.uuid4().hex}"
 
 
 def _stored(msg: Msg) -> StoredMarker:

@@ -16,6 +16,7 @@ from sidecar.nats.consumers import (
     api_request,
     create_consumer,
     move_forward,
+    set_replicated,
 )
 
 pytestmark = pytest.mark.integration
@@ -78,7 +79,8 @@ async def test_positions_follow_the_ack_floor_and_the_stream_end_when_caught_up(
 
     assert positions.last_seq == 7
     by_name = {c.name: c for c in positions.consumers}
-    assert set(by_name) == {"behind", "caught_up", "unacked"}
+    assert set(by_name) == {"behind", "caught_up", "unacked", "plain"}
+    assert [c.name for c in positions.consumers if not c.replicated] == ["plain"]
     assert (by_name["behind"].mark_delete, by_name["behind"].num_pending) == (3, 2)
     # Nothing pending and nothing unacked: everything up to the stream's end is consumed.
     assert by_name["caught_up"].ack_floor == 5
@@ -93,8 +95,10 @@ async def test_unsupported_deliver_policies_are_skipped_with_a_reason(
 ) -> None:
     await publish(js, stream, data=2)
     await durable(js, stream, "newest", deliver_policy=api.DeliverPolicy.NEW)
+    await durable(js, stream, "newest_plain", metadata=None, deliver_policy=api.DeliverPolicy.NEW)
+    await js.subscribe(f"{stream}.>", stream=stream)  # an ephemeral consumer: not listed
     positions = await PositionReader(nc, stream).read()
-    assert positions.consumers == ()
+    assert [c.name for c in positions.consumers] == ["newest_plain"]
     [skipped] = positions.skipped
     assert skipped.name == "newest"
     assert "'new'" in skipped.reason
@@ -181,3 +185,20 @@ async def test_create_consumer_clamps_the_start_to_the_stream_end(
     assert await create_consumer(nc, stream, "copy", origin["config"], 50)
     info = await api_request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
     assert info["config"]["opt_start_seq"] == 4
+
+
+async def test_set_replicated_toggles_the_metadata_and_keeps_the_rest(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=3)
+    await durable(js, stream, "d", metadata={"team": "blue"}, max_ack_pending=9)
+    on = await set_replicated(nc, stream, "d", True)
+    assert on.replicated and on.config["metadata"]["team"] == "blue"
+    assert on.config["max_ack_pending"] == 9
+    off = await set_replicated(nc, stream, "d", False)
+    assert not off.replicated and off.config["metadata"]["team"] == "blue"
+    await durable(js, stream, "n", metadata=None, deliver_policy=api.DeliverPolicy.NEW)
+    with pytest.raises(ValueError, match="deliver policy 'new'"):
+        await set_replicated(nc, stream, "n", True)
+    with pytest.raises(NotFoundError):
+        await set_replicated(nc, stream, "missing", True)
