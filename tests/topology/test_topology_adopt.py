@@ -154,3 +154,68 @@ async def test_adopt_walkthrough_layout_r1(cluster3: LocalSuperCluster) -> None:
 async def test_adopt_walkthrough_layout_r3(make_cluster: ClusterFactory) -> None:
     cluster = await make_cluster(["west", "central", "east"], servers_per_region=3)
     await adopt_under_load(cluster, 3)
+
+
+async def test_server_resources_a_source_whose_filter_changes(cluster2: LocalSuperCluster) -> None:
+    """The trap adoption avoids, shown on the server: editing a source's filter in place gives
+    it a new internal name, and the server sources its origin again from the start."""
+    vs = VirtualStream("trap", ("west", "east"))
+    nc = await nats.connect(cluster2.servers("west"))
+    try:
+        await make_walkthrough_layout(nc, vs, 1)
+        await publish_many(nc, [vs.publish_subject("west", "a")], 0, 40)
+        await wait_counts({"west": nc, "east": nc}, vs, 40)
+        stream = vs.read_stream("west")
+        cfg = (await stream_info(nc, stream))["config"]
+        cfg["sources"][0] = {
+            "name": vs.write_stream("west"),
+            "subject_transforms": [
+                {"src": vs.data_subject("west"), "dest": ""},
+                {"src": vs.marker_subject("west"), "dest": ""},
+            ],
+        }
+        reply = await nc.request(
+            f"$JS.API.STREAM.UPDATE.{stream}", json.dumps(cfg).encode(), timeout=10
+        )
+        assert "error" not in json.loads(reply.data), reply.data
+
+        async def doubled() -> bool:
+            return await message_count(nc, stream) >= 80
+
+        await eventually(doubled, 60, f"{stream} to source its origin a second time")
+        origins = Counter(m.origin for m in await read_all(nc, vs, stream, ">"))
+        assert origins == Counter({("west", s): 2 for s in range(1, 41)})
+    finally:
+        await nc.close()
+
+
+async def test_adopted_layout_survives_restart(cluster2: LocalSuperCluster) -> None:
+    """After adoption, restarted servers resume every source where it stood: the new sources
+    carry opt_start_seq, so nothing is re-sourced even before the origin sends anything new."""
+    vs = VirtualStream("rs", ("west", "east"))
+    ncs = {r: await nats.connect(cluster2.servers(r)) for r in vs.regions}
+    try:
+        await make_walkthrough_layout(ncs["west"], vs, 1)
+        for r in vs.regions:
+            await publish_many(ncs[r], [vs.publish_subject(r, "a")], 0, 60)
+        await wait_counts(ncs, vs, 120)
+        await apply_topology(ncs["west"], vs)
+        for nc in ncs.values():
+            await nc.close()
+        for r in vs.regions:
+            await cluster2.stop_region(r)
+        for r in vs.regions:
+            await cluster2.start_region(r)
+        await cluster2.wait_ready(60)
+        ncs = {r: await nats.connect(cluster2.servers(r)) for r in vs.regions}
+        for r in vs.regions:
+            await publish_many(ncs[r], [vs.publish_subject(r, "b")], 60, 5)
+        await wait_counts(ncs, vs, 130)
+        for r in vs.regions:
+            everything = await read_all(ncs[r], vs, vs.read_stream(r), ">")
+            assert Counter(m.origin for m in everything) == Counter(
+                {(x, s): 1 for x in vs.regions for s in range(1, 66)}
+            )
+    finally:
+        for nc in ncs.values():
+            await nc.close()
