@@ -559,7 +559,9 @@ async def apply_topology(
                 notes=plan.notes,
             )
         elif dry_run and plan.resume:
-            plan.notes.extend(f"{o} will be detached and resumed" for o in plan.resume)
+            plan.notes.extend(
+                f"{o}: source will resume after its last message held here" for o in plan.resume
+            )
         reports.append(
             StreamReport(
                 plan.stream, plan.region, plan.role, action, tuple(plan.fields), tuple(plan.notes)

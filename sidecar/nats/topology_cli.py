@@ -62,19 +62,23 @@ async def _apply(args: argparse.Namespace) -> list[TopologyReport]:
     nc = await nats.connect(
         servers=_split(args.servers), connect_timeout=5, max_reconnect_attempts=2
     )
+    reports: list[TopologyReport] = []
     try:
-        return [
-            await apply_topology(
+        for vs in vstreams:
+            report = await apply_topology(
                 nc,
                 vs,
                 cluster_for_region=(lambda r: None) if args.no_placement else (lambda r: r),
                 replicas=args.replicas,
                 dry_run=args.dry_run,
             )
-            for vs in vstreams
-        ]
+            reports.append(report)
+            if not args.json:
+                # Printed at once: a later refusal must not hide what was already applied.
+                print(format_report(report), flush=True)
     finally:
         await nc.close()
+    return reports
 
 
 def run_apply(args: argparse.Namespace) -> int:
@@ -90,6 +94,4 @@ def run_apply(args: argparse.Namespace) -> int:
         return 1
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))
-    else:
-        print("\n\n".join(format_report(r) for r in reports))
     return 0
