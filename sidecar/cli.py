@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sidecar.api.cli",
     "sidecar.dev.cli",
     "sidecar.nats.topology_cli",
+    "sidecar.run_cli",
 )
 
 

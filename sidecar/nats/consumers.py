@@ -107,17 +107,16 @@ def position_of(info: Mapping[str, Any], last_seq: int) -> ConsumerPosition:
 class PositionReader:
     """Reads the positions of one read stream's replicated subscriptions, again and again."""
 
-    def __init__(self, nc: Client, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> None:
-        self._nc = nc
+    def __init__(self, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> None:
         self._stream = stream
         self._timeout = timeout_s
         self._reported: set[SkippedConsumer] = set()
 
-    async def read(self) -> Positions:
-        last_seq = await stream_last_seq(self._nc, self._stream, timeout_s=self._timeout)
+    async def read(self, nc: Client) -> Positions:
+        last_seq = await stream_last_seq(nc, self._stream, timeout_s=self._timeout)
         consumers: list[ConsumerPosition] = []
         skipped: list[SkippedConsumer] = []
-        for info in await self._list():
+        for info in await self._list(nc):
             config = info.get("config") or {}
             if not config.get("durable_name"):
                 continue  # ephemeral consumers are nobody's subscription
@@ -141,11 +140,11 @@ class PositionReader:
             consumers.append(position_of(info, last_seq))
         return Positions(self._stream, last_seq, tuple(consumers), tuple(skipped))
 
-    async def _list(self) -> list[dict[str, Any]]:
+    async def _list(self, nc: Client) -> list[dict[str, Any]]:
         infos: list[dict[str, Any]] = []
         while True:
             page = await api_request(
-                self._nc,
+                nc,
                 f"CONSUMER.LIST.{self._stream}",
                 {"offset": len(infos)},
                 timeout_s=self._timeout,

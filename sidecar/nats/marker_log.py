@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
@@ -59,7 +59,7 @@ def _from(start_seq: int) -> dict[str, object]:
 
 async def replay_markers(
     js: JetStreamContext, stream: str, filter_subject: str, start_seq: int = 1
-) -> AsyncIterator[StoredMarker]:
+) -> AsyncGenerator[StoredMarker, None]:
     """Yield the markers stored in `stream` (seq >= `start_seq`) at the time of the call."""
     config = api.ConsumerConfig(
         filter_subject=filter_subject,
@@ -87,7 +87,7 @@ async def replay_markers(
 
 async def tail_markers(
     js: JetStreamContext, stream: str, filter_subject: str, start_seq: int
-) -> AsyncIterator[StoredMarker]:
+) -> AsyncGenerator[StoredMarker, None]:
     """Yield markers of `stream` from `start_seq` on, forever (until the connection closes)."""
     sub = await js.subscribe(
         filter_subject,

@@ -75,7 +75,7 @@ async def test_positions_follow_the_ack_floor_and_the_stream_end_when_caught_up(
     await consume(caught_up, 5)
     await consume(unacked, 5, ack=False)
 
-    positions = await PositionReader(nc, stream).read()
+    positions = await PositionReader(stream).read(nc)
 
     assert positions.last_seq == 7
     by_name = {c.name: c for c in positions.consumers}
@@ -97,7 +97,7 @@ async def test_unsupported_deliver_policies_are_skipped_with_a_reason(
     await durable(js, stream, "newest", deliver_policy=api.DeliverPolicy.NEW)
     await durable(js, stream, "newest_plain", metadata=None, deliver_policy=api.DeliverPolicy.NEW)
     await js.subscribe(f"{stream}.>", stream=stream)  # an ephemeral consumer: not listed
-    positions = await PositionReader(nc, stream).read()
+    positions = await PositionReader(stream).read(nc)
     assert [c.name for c in positions.consumers] == ["newest_plain"]
     [skipped] = positions.skipped
     assert skipped.name == "newest"
@@ -111,7 +111,7 @@ async def test_listing_pages_through_many_consumers(
         await js.add_consumer(
             stream, durable_name=f"d{i}", filter_subject=f"{stream}.>", metadata=REPLICATED
         )
-    positions = await PositionReader(nc, stream).read()
+    positions = await PositionReader(stream).read(nc)
     assert len(positions.consumers) == 260
 
 

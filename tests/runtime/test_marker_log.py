@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import pytest
 from nats.js import JetStreamContext
@@ -40,9 +40,9 @@ async def put_marker(js: JetStreamContext, stream: str, payload: bytes) -> int:
     return published.seq
 
 
-async def collect(markers: AsyncIterator[StoredMarker], n: int) -> list[StoredMarker]:
+async def collect(markers: AsyncGenerator[StoredMarker, None], n: int) -> list[StoredMarker]:
     out: list[StoredMarker] = []
-    async with contextlib.aclosing(markers):  # type: ignore[type-var]
+    async with contextlib.aclosing(markers):
         async for marker in markers:
             out.append(marker)
             if len(out) == n:
