@@ -119,28 +119,32 @@ class _Invalid(Exception):
 
 
 def encode(marker: Marker) -> bytes:
-    msg = pb.Marker(region=marker.region, stream=marker.stream, epoch=marker.epoch)
     body = marker.body
     if isinstance(body, Request):
-        msg.request.id.CopyFrom(_id_pb(body.id))
-        msg.request.round = body.round
+        request = pb.SnapshotRequest(id=_id_pb(body.id), round=body.round)
+        msg = _envelope(marker, request=request)
     elif isinstance(body, Response):
-        msg.response.id.CopyFrom(_id_pb(body.id))
-        msg.response.round = body.round
-        msg.response.position = body.position
+        response = pb.SnapshotResponse(id=_id_pb(body.id), round=body.round, position=body.position)
+        msg = _envelope(marker, response=response)
     elif isinstance(body, Snapshot):
-        msg.snapshot.id.CopyFrom(_id_pb(body.id))
-        msg.snapshot.local_position = body.local_position
-        msg.snapshot.positions.update(body.positions)
-        msg.snapshot.started_unix_ms = body.started_ms
-        msg.snapshot.completed_unix_ms = body.completed_ms
+        snapshot = pb.CompletedSnapshot(
+            id=_id_pb(body.id),
+            local_position=body.local_position,
+            positions=body.positions,
+            started_unix_ms=body.started_ms,
+            completed_unix_ms=body.completed_ms,
+        )
+        msg = _envelope(marker, snapshot=snapshot)
     else:
-        msg.update.subscription = body.subscription
-        msg.update.kind = _KIND_TO_PB[body.kind]
-        msg.update.snapshot_id.CopyFrom(_id_pb(body.snapshot_id))
-        msg.update.local_position = body.local_position
-        msg.update.positions.update(body.positions)
-        msg.update.config = body.config
+        update = pb.SubscriptionUpdate(
+            subscription=body.subscription,
+            kind=_KIND_TO_PB[body.kind],
+            snapshot_id=_id_pb(body.snapshot_id),
+            local_position=body.local_position,
+            positions=body.positions,
+            config=body.config,
+        )
+        msg = _envelope(marker, update=update)
     return msg.SerializeToString()
 
 
@@ -168,7 +172,9 @@ def decode(
 def _validate(msg: pb.Marker, stream: str, regions: Collection[str]) -> Marker:
     region = _region("region", msg.region, regions)
     if msg.stream != stream:
-        raise _Invalid(RejectReason.WRONG_STREAM, f"stream: {msg.stream!r}, expected {stream!r}")
+        raise _Invalid(
+            RejectReason.WRONG_STREAM, f"stream: {msg.stream[:64]!r}, expected {stream!r}"
+        )
     epoch = _positive("epoch", msg.epoch)
     kind = msg.WhichOneof("body")
     body: Body
@@ -262,13 +268,34 @@ def _snapshot_id(
 def _positions(
     field: str, value: Mapping[str, int], regions: Collection[str], writer: str
 ) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for region, position in value.items():
-        _region(f"{field} key", region, regions)
+    out = dict(value)  # one copy out of the protobuf map; its item view is slow
+    for region, position in out.items():
+        if region not in regions:
+            _region(f"{field} key", region, regions)
         if region == writer:
             raise _Invalid(RejectReason.INVALID_FIELD, f"{field}: names the writer {writer}")
-        out[region] = _positive(f"{field}[{region}]", position)
+        if not 0 < position <= MAX_POSITION:
+            _positive(f"{field}[{region}]", position)
     return out
+
+
+def _envelope(
+    marker: Marker,
+    *,
+    request: pb.SnapshotRequest | None = None,
+    response: pb.SnapshotResponse | None = None,
+    snapshot: pb.CompletedSnapshot | None = None,
+    update: pb.SubscriptionUpdate | None = None,
+) -> pb.Marker:
+    return pb.Marker(
+        region=marker.region,
+        stream=marker.stream,
+        epoch=marker.epoch,
+        request=request,
+        response=response,
+        snapshot=snapshot,
+        update=update,
+    )
 
 
 def _id_pb(sid: SnapshotId) -> pb.SnapshotId:
