@@ -283,6 +283,12 @@ class LocalSuperCluster:
             raise ValueError(f"regions: duplicate names in {self.regions}")
         if servers_per_region < 1:
             raise ValueError(f"servers_per_region: must be >= 1, got {servers_per_region}")
+        if len(self.regions) * servers_per_region < 2:
+            # A lone server waits forever for routes ("Waiting for routing to be established").
+            raise ValueError(
+                "regions: one region with one server cannot elect a JetStream meta leader; "
+                "use two regions or servers_per_region > 1"
+            )
         self.directory = Path(directory).resolve()
         self.servers_per_region = servers_per_region
         self.proxy_gateways = proxy_gateways
@@ -311,6 +317,8 @@ class LocalSuperCluster:
 
     async def start(self, ready_timeout: float = 60) -> None:
         """Start every server (and proxy) and return once `wait_ready` succeeds."""
+        if self._procs:
+            raise ClusterError(f"cluster in {self.directory} is already started")
         self.directory.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         for attempt in range(1, _START_ATTEMPTS + 1):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from nats.aio.msg import Msg
 from nats.js.api import Placement, StreamConfig, StreamSource
 
 from sidecar.dev.cluster import ClusterError, ClusterFactory, LocalSuperCluster
+from sidecar.dev.ports import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -159,7 +161,15 @@ async def test_link_delay_slows_but_delivers(cluster2: LocalSuperCluster) -> Non
 
         await east.subscribe("echo", cb=echo)
         await east.flush()
-        await west.request("echo", b"warm-up", timeout=5)  # interest has crossed the link
+        # Wait until the subscription's interest has crossed the gateway.
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                await west.request("echo", b"warm-up", timeout=1)
+                break
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                assert time.monotonic() < deadline, "echo never reachable from west"
+                await asyncio.sleep(0.1)
 
         await cluster2.set_link_delay("west", "east", delay_s)
         started = time.monotonic()
@@ -194,10 +204,40 @@ async def test_stop_and_start_region_keeps_data(cluster3: LocalSuperCluster) -> 
 async def test_bad_arguments_name_the_field(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="regions: 'no way'"):
         LocalSuperCluster(["no way"], tmp_path)
+    with pytest.raises(ValueError, match="one region with one server"):
+        LocalSuperCluster(["solo"], tmp_path)
     with pytest.raises(ValueError, match="duplicate"):
         LocalSuperCluster(["a", "a"], tmp_path)
     with pytest.raises(ValueError, match="max_file"):
-        LocalSuperCluster(["a"], tmp_path, max_file="lots")
+        LocalSuperCluster(["a", "b"], tmp_path, max_file="lots")
     cluster = LocalSuperCluster(["a", "b"], tmp_path, proxy_gateways=False)
     with pytest.raises(ClusterError, match="'c' is not part"):
         cluster.servers("c")
+
+
+async def test_start_retries_when_a_port_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    handed_out: list[list[int]] = []
+
+    def ports_with_one_taken(count: int) -> list[int]:
+        ports = free_ports(count)
+        if not handed_out:
+            ports[0] = taken  # the first server's client port
+        handed_out.append(ports)
+        return ports
+
+    monkeypatch.setattr("sidecar.dev.cluster.free_ports", ports_with_one_taken)
+    try:
+        async with LocalSuperCluster(["west", "east"], tmp_path) as cluster:
+            assert len(handed_out) == 2
+            assert cluster.servers("west") == [f"nats://127.0.0.1:{handed_out[1][0]}"]
+            with pytest.raises(ClusterError, match="already started"):
+                await cluster.start()
+    finally:
+        squatter.close()
+    assert "address already in use" in (tmp_path / "west-0.log").read_text()
