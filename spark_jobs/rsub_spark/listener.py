@@ -1,0 +1,116 @@
+"""Reports each committed micro-batch of an `rsub` source to the sidecar as a cursor commit.
+
+The engine calls a source's `commit()` one batch late and never for the last batch of an
+`availableNow` run; a query progress event, by contrast, is posted for every batch once the
+sink committed it. So the commits hang off `StreamingQueryListener.onQueryProgress`, which
+runs in the driver's Python process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from spark_jobs.rsub_spark.cursor import SidecarClient
+from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
+
+log = structlog.get_logger(__name__)
+
+
+def end_sequence(end_offset: str | None, read_stream: str) -> int | None:
+    """The sequence of an rsub end offset (progress JSON) of `read_stream`, else None."""
+    if not end_offset:
+        return None
+    try:
+        parsed = json.loads(end_offset)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict) or parsed.get("stream") != read_stream:
+        return None
+    sequence = parsed.get("sequence")
+    return sequence if isinstance(sequence, int) else None
+
+
+class CursorCommitListener(StreamingQueryListener):
+    """Commits the end sequence of every batch that read `opts.read_stream` to the sidecar."""
+
+    def __init__(self, opts: RsubOptions, query_name: str | None = None) -> None:
+        if opts.sidecar is None or opts.subscription is None:
+            raise RsubOptionError("cursor commits need the options sidecar and subscription")
+        self._stream = opts.stream
+        self._read_stream = opts.read_stream
+        self._subscription = opts.subscription
+        self._query_name = query_name
+        self._client = SidecarClient(
+            opts.sidecar, token=opts.sidecar_token, timeout_s=opts.timeout_ms / 1000
+        )
+        self._committed = 0
+        self._changed = threading.Condition()
+
+    @property
+    def committed(self) -> int:
+        """The highest sequence the sidecar acknowledged through this listener (0: none)."""
+        with self._changed:
+            return self._committed
+
+    def wait_for(self, sequence: int, timeout_s: float) -> bool:
+        """Blocks until a commit >= `sequence` went through; False after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self._committed < sequence:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    def onQueryStarted(self, event: Any) -> None:
+        return None
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if self._query_name is not None and progress.name != self._query_name:
+            return
+        for source in progress.sources:
+            sequence = end_sequence(source.endOffset, self._read_stream)
+            if sequence is None or sequence <= self.committed:
+                continue
+            cursor = self._client.commit_with_retries(self._stream, self._subscription, sequence)
+            if cursor is None:
+                continue
+            log.debug(
+                "rsub.cursor_committed",
+                stream=self._stream,
+                subscription=self._subscription,
+                sequence=sequence,
+                batch=progress.batchId,
+            )
+            with self._changed:
+                self._committed = max(self._committed, sequence)
+                self._changed.notify_all()
+
+    def onQueryIdle(self, event: Any) -> None:
+        return None
+
+    def onQueryTerminated(self, event: Any) -> None:
+        return None
+
+
+def attach_cursor_commits(
+    spark: SparkSession, options: Mapping[str, str], query_name: str | None = None
+) -> CursorCommitListener:
+    """Registers a listener committing the batches of rsub reads made with `options`.
+
+    `options` are the ones given to `spark.readStream.format("rsub")` (they must name the
+    sidecar and the subscription). With `query_name`, only that query's progress counts.
+    """
+    listener = CursorCommitListener(parse_options(options), query_name)
+    spark.streams.addListener(listener)
+    return listener

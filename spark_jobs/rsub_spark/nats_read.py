@@ -1,0 +1,268 @@
+"""Reads sequence ranges of a read stream with nats-py, synchronously (for Spark's workers).
+
+A range is `(start, end]`: every data message (subject `V.>`, never a marker) whose
+read-stream sequence `s` satisfies `start < s <= end`. Reading the same range always returns
+the same messages as long as the stream still holds them, which is what makes Spark's
+retries and checkpoint restarts exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import nats
+import structlog
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from sidecar.nats.names import NamingError, VirtualStream
+from spark_jobs.rsub_spark.options import DEFAULT_WRITE_STREAM_PATTERN, RsubOptions
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+CHUNK_ROWS = 8192
+# Ephemeral ordered consumers of finished reads disappear after this long.
+_CONSUMER_INACTIVE_S = 2.0
+_PENDING_MSGS_LIMIT = 1_000_000
+_PENDING_BYTES_LIMIT = 512 * 1024 * 1024
+
+
+class RsubReadError(RuntimeError):
+    """Reading a read stream failed; the message names the servers, the stream or the range."""
+
+
+class RsubDataLossError(RsubReadError):
+    """Sequences asked for are no longer in the read stream (expired or deleted)."""
+
+
+@dataclass(frozen=True)
+class StreamBounds:
+    first_seq: int
+    last_seq: int
+    # Origin regions by write stream, taken from the read stream's sources.
+    origins: VirtualStream | None
+
+
+class NatsSession:
+    """One NATS connection on a private event-loop thread, used from synchronous code.
+
+    Opens lazily; not picklable by design (create it where it is used).
+    """
+
+    def __init__(self, opts: RsubOptions) -> None:
+        self._opts = opts
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._nc: NATS | None = None
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="rsub-nats", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+        return self._loop
+
+    def run(self, make: Callable[[NATS], Awaitable[T]]) -> T:
+        """Runs `make(connection)` on the session's loop and returns its result."""
+        loop = self._ensure_loop()
+
+        async def call() -> T:
+            if self._nc is None or self._nc.is_closed:
+                self._nc = await connect(self._opts)
+            return await make(self._nc)
+
+        future: Future[T] = asyncio.run_coroutine_threadsafe(call(), loop)
+        return future.result()
+
+    def close(self) -> None:
+        loop, thread, nc = self._loop, self._thread, self._nc
+        self._loop, self._thread, self._nc = None, None, None
+        if loop is None:
+            return
+        if nc is not None and not nc.is_closed:
+            asyncio.run_coroutine_threadsafe(nc.close(), loop).result(timeout=5)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=5)
+        loop.close()
+
+
+async def connect(opts: RsubOptions) -> NATS:
+    """Connects to the region's servers once, without retrying; fails naming the servers."""
+    kwargs: dict[str, Any] = {
+        "servers": list(opts.servers),
+        "connect_timeout": opts.timeout_ms / 1000,
+        # Each server is tried twice at most (0 would mean: forever).
+        "max_reconnect_attempts": 1,
+        "reconnect_time_wait": 0.2,
+        "allow_reconnect": False,
+        "name": f"rsub-spark {opts.read_stream}",
+    }
+    if opts.user is not None:
+        kwargs["user"] = opts.user
+    if opts.password is not None:
+        kwargs["password"] = opts.password
+    if opts.token is not None:
+        kwargs["token"] = opts.token
+    if opts.creds_file is not None:
+        kwargs["user_credentials"] = opts.creds_file
+
+    errors: list[Exception] = []
+
+    async def remember(error: Exception) -> None:
+        errors.append(error)
+
+    try:
+        return await nats.connect(**kwargs, error_cb=remember)
+    except Exception as exc:
+        servers = ",".join(opts.servers)
+        cause = errors[-1] if errors else exc
+        raise RsubReadError(f"cannot connect to NATS servers {servers}: {cause!r}") from exc
+
+
+def _origins(opts: RsubOptions, sources: list[Any] | None) -> VirtualStream | None:
+    prefix, suffix = DEFAULT_WRITE_STREAM_PATTERN.split("{region}")
+    prefix = prefix.format(name=opts.stream)
+    regions = tuple(
+        s.name[len(prefix) : len(s.name) - len(suffix)]
+        for s in sources or []
+        if s.name.startswith(prefix) and s.name.endswith(suffix) and len(s.name) > len(prefix)
+    )
+    try:
+        return VirtualStream(opts.stream, regions) if regions else None
+    except NamingError:
+        log.warning("rsub.origins_unparsed", stream=opts.read_stream, regions=regions)
+        return None
+
+
+async def stream_bounds(nc: NATS, opts: RsubOptions) -> StreamBounds:
+    """First and last sequence of the read stream; fails naming the stream when absent."""
+    js = nc.jetstream(timeout=opts.timeout_ms / 1000)
+    try:
+        info = await js.stream_info(opts.read_stream)
+    except NotFoundError:
+        raise RsubReadError(
+            f"read stream {opts.read_stream!r} (virtual stream {opts.stream!r}) not found on "
+            f"{','.join(opts.servers)}"
+        ) from None
+    state = info.state
+    return StreamBounds(state.first_seq, state.last_seq, _origins(opts, info.config.sources))
+
+
+def clip_to_bounds(opts: RsubOptions, start: int, end: int, bounds: StreamBounds) -> int:
+    """The exclusive start to read from after checking the range against the stream.
+
+    Raises RsubDataLossError for sequences no longer held (unless failOnDataLoss=false).
+    """
+    if bounds.last_seq < end:
+        message = (
+            f"read stream {opts.read_stream!r} ends at sequence {bounds.last_seq}, before the "
+            f"end {end} of the range asked for: was the stream deleted and created again?"
+        )
+        if opts.fail_on_data_loss:
+            raise RsubDataLossError(message + " (set failOnDataLoss=false to skip)")
+        log.warning("rsub.data_loss", stream=opts.read_stream, reason=message)
+    if bounds.first_seq > start + 1:
+        lost_to = min(end, bounds.first_seq - 1)
+        if opts.fail_on_data_loss:
+            raise RsubDataLossError(
+                f"read stream {opts.read_stream!r} no longer holds sequences {start + 1}.."
+                f"{lost_to} (expired or deleted; the stream now starts at {bounds.first_seq}); "
+                "set failOnDataLoss=false to skip them"
+            )
+        log.warning("rsub.data_loss", stream=opts.read_stream, first=start + 1, last=lost_to)
+        return bounds.first_seq - 1
+    return start
+
+
+async def _first_data_seq(nc: NATS, opts: RsubOptions, from_seq: int) -> int | None:
+    js = nc.jetstream(timeout=opts.timeout_ms / 1000)
+    try:
+        msg = await js.get_msg(opts.read_stream, seq=from_seq, subject=opts.data_filter, next=True)
+    except NotFoundError:
+        return None
+    return int(msg.seq) if msg.seq is not None else None
+
+
+async def read_chunks(
+    nc: NATS, opts: RsubOptions, start: int, end: int
+) -> AsyncGenerator[tuple[list[Msg], StreamBounds]]:
+    """Yields the data messages with start < seq <= end in order, in lists of <= CHUNK_ROWS."""
+    if end <= start:
+        return
+    bounds = await stream_bounds(nc, opts)
+    start = clip_to_bounds(opts, start, end, bounds)
+    end = min(end, bounds.last_seq)
+    first = await _first_data_seq(nc, opts, start + 1) if start < end else None
+    if first is None or first > end:
+        return
+    js = nc.jetstream(timeout=opts.timeout_ms / 1000)
+    sub = await js.subscribe(
+        opts.data_filter,
+        stream=opts.read_stream,
+        ordered_consumer=True,
+        inactive_threshold=_CONSUMER_INACTIVE_S,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first),
+        pending_msgs_limit=_PENDING_MSGS_LIMIT,
+        pending_bytes_limit=_PENDING_BYTES_LIMIT,
+    )
+    timeout = opts.timeout_ms / 1000
+    chunk: list[Msg] = []
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=timeout)
+            except TimeoutError:
+                raise RsubReadError(
+                    f"read stream {opts.read_stream!r}: no message after sequence "
+                    f"{chunk[-1].metadata.sequence.stream if chunk else first - 1} within "
+                    f"{timeout:g}s while reading up to {end}"
+                ) from None
+            meta = msg.metadata
+            seq = meta.sequence.stream
+            if seq > end:
+                break
+            chunk.append(msg)
+            # num_pending == 0: no data message follows, so none is left at or below `end`.
+            if seq >= end or meta.num_pending == 0:
+                break
+            if len(chunk) >= CHUNK_ROWS:
+                yield chunk, bounds
+                chunk = []
+        if chunk:
+            yield chunk, bounds
+    finally:
+        await sub.unsubscribe()
+
+
+def iterate_range(
+    opts: RsubOptions, start: int, end: int
+) -> Iterator[tuple[list[Msg], StreamBounds]]:
+    """Synchronous `read_chunks` on a session of its own, closed when the iteration ends."""
+    session = NatsSession(opts)
+    holder: dict[str, AsyncGenerator[tuple[list[Msg], StreamBounds]]] = {}
+    try:
+
+        async def step(nc: NATS) -> tuple[list[Msg], StreamBounds] | None:
+            if "it" not in holder:
+                holder["it"] = read_chunks(nc, opts, start, end)
+            try:
+                return await anext(holder["it"])
+            except StopAsyncIteration:
+                return None
+
+        while (item := session.run(step)) is not None:
+            yield item
+    finally:
+        if "it" in holder:
+            session.run(lambda _: holder["it"].aclose())
+        session.close()

@@ -1,0 +1,248 @@
+"""Options of the `rsub` Spark data source: parsing and validation, no I/O."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+DEFAULT_READ_STREAM_PATTERN = "{name}-read-{region}"
+DEFAULT_WRITE_STREAM_PATTERN = "{name}-write-{region}"
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+# Spark lower-cases option names; the canonical spelling is kept for messages and docs.
+KNOWN_OPTIONS: dict[str, str] = {
+    name.lower(): name
+    for name in (
+        "servers",
+        "stream",
+        "region",
+        "readStream",
+        "subscription",
+        "sidecar",
+        "sidecarToken",
+        "startingOffsets",
+        "endingOffsets",
+        "maxOffsetsPerTrigger",
+        "minPartitions",
+        "maxRecordsPerPartition",
+        "includeHeaders",
+        "failOnDataLoss",
+        "latestOffsetCacheMs",
+        "timeoutMs",
+        "user",
+        "password",
+        "token",
+        "credsFile",
+    )
+}
+
+
+class RsubOptionError(ValueError):
+    """An option of the rsub source is missing, unknown or malformed."""
+
+
+StartKind = Literal["earliest", "latest", "subscription", "sequence"]
+
+
+@dataclass(frozen=True)
+class StartingOffsets:
+    kind: StartKind
+    # For kind "sequence": the first read-stream sequence to read (inclusive).
+    sequence: int = 0
+
+
+@dataclass(frozen=True)
+class EndingOffsets:
+    kind: Literal["latest", "sequence"]
+    # For kind "sequence": the last read-stream sequence to read (inclusive).
+    sequence: int = 0
+
+
+@dataclass(frozen=True)
+class RsubOptions:
+    servers: tuple[str, ...]
+    stream: str
+    read_stream: str
+    region: str | None
+    subscription: str | None
+    sidecar: str | None
+    sidecar_token: str | None
+    starting: StartingOffsets | None
+    ending: EndingOffsets
+    max_offsets_per_trigger: int | None
+    min_partitions: int
+    max_records_per_partition: int
+    include_headers: bool
+    fail_on_data_loss: bool
+    latest_offset_cache_ms: int
+    timeout_ms: int
+    user: str | None
+    password: str | None
+    token: str | None
+    creds_file: str | None
+
+    @property
+    def data_filter(self) -> str:
+        """The subject filter that selects data and never a marker."""
+        return f"{self.stream}.>"
+
+    def starting_for(self, streaming: bool) -> StartingOffsets:
+        """The starting position, defaulted like Spark's Kafka source (and the subscription)."""
+        if self.starting is not None:
+            return self.starting
+        if self.subscription is not None and self.sidecar is not None:
+            return StartingOffsets("subscription")
+        return StartingOffsets("latest" if streaming else "earliest")
+
+
+def _canonical(key: str) -> str:
+    return KNOWN_OPTIONS.get(key.lower(), key)
+
+
+def _parse_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise RsubOptionError(f"option {name}: expected true or false, got {value!r}")
+
+
+def _parse_int(name: str, value: str, minimum: int) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise RsubOptionError(f"option {name}: expected an integer, got {value!r}") from None
+    if number < minimum:
+        raise RsubOptionError(f"option {name}: must be >= {minimum}, got {number}")
+    return number
+
+
+def _parse_sequence_json(name: str, value: str) -> int:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if (
+        not isinstance(parsed, dict)
+        or set(parsed) != {"sequence"}
+        or not isinstance(parsed["sequence"], int)
+        or isinstance(parsed["sequence"], bool)
+        or parsed["sequence"] < 1
+    ):
+        raise RsubOptionError(
+            f"option {name}: expected earliest, latest, subscription or a JSON object like "
+            f'{{"sequence": 1234}} with a sequence >= 1, got {value!r}'
+        )
+    sequence: int = parsed["sequence"]
+    return sequence
+
+
+def _parse_starting(value: str) -> StartingOffsets:
+    lowered = value.strip().lower()
+    if lowered in ("earliest", "latest", "subscription"):
+        return StartingOffsets(lowered)  # type: ignore[arg-type]
+    return StartingOffsets("sequence", _parse_sequence_json("startingOffsets", value))
+
+
+def _parse_ending(value: str) -> EndingOffsets:
+    if value.strip().lower() == "latest":
+        return EndingOffsets("latest")
+    try:
+        return EndingOffsets("sequence", _parse_sequence_json("endingOffsets", value))
+    except RsubOptionError:
+        raise RsubOptionError(
+            f'option endingOffsets: expected latest or a JSON object like {{"sequence": 1234}}, '
+            f"got {value!r}"
+        ) from None
+
+
+def _check_name(option: str, value: str) -> str:
+    if not _NAME_RE.fullmatch(value):
+        raise RsubOptionError(
+            f"option {option}: {value!r} is not a valid name (letters, digits, '_' and '-', "
+            "not starting with '_' or '-')"
+        )
+    return value
+
+
+def parse_options(raw: Mapping[str, str]) -> RsubOptions:
+    """Validates the options of one `rsub` read; raises RsubOptionError naming the option."""
+    given: dict[str, str] = {}
+    for key, value in raw.items():
+        canonical = _canonical(key)
+        if canonical.lower() not in KNOWN_OPTIONS:
+            known = ", ".join(sorted(KNOWN_OPTIONS.values()))
+            raise RsubOptionError(f"unknown option {key!r} for the rsub source (known: {known})")
+        given[canonical] = str(value)
+
+    def required(name: str) -> str:
+        value = given.get(name, "").strip()
+        if not value:
+            raise RsubOptionError(f"option {name} is required")
+        return value
+
+    servers = tuple(s.strip() for s in required("servers").split(",") if s.strip())
+    stream = _check_name("stream", required("stream"))
+    region = given.get("region", "").strip() or None
+    if region is not None:
+        _check_name("region", region)
+    read_stream = given.get("readStream", "").strip()
+    if not read_stream:
+        if region is None:
+            raise RsubOptionError("option region is required unless readStream names the stream")
+        read_stream = DEFAULT_READ_STREAM_PATTERN.format(name=stream, region=region)
+    _check_name("readStream", read_stream)
+
+    starting = _parse_starting(given["startingOffsets"]) if "startingOffsets" in given else None
+    subscription = given.get("subscription", "").strip() or None
+    sidecar = given.get("sidecar", "").strip() or None
+    if (
+        starting is not None
+        and starting.kind == "subscription"
+        and (subscription is None or sidecar is None)
+    ):
+        raise RsubOptionError(
+            "option startingOffsets=subscription needs the options subscription and sidecar"
+        )
+    if subscription is not None:
+        _check_name("subscription", subscription)
+
+    max_per_trigger = (
+        _parse_int("maxOffsetsPerTrigger", given["maxOffsetsPerTrigger"], 1)
+        if "maxOffsetsPerTrigger" in given
+        else None
+    )
+    has_token = "token" in given
+    has_user = "user" in given or "password" in given
+    if has_token and has_user:
+        raise RsubOptionError("options token and user/password exclude each other")
+    return RsubOptions(
+        servers=servers,
+        stream=stream,
+        read_stream=read_stream,
+        region=region,
+        subscription=subscription,
+        sidecar=sidecar,
+        sidecar_token=given.get("sidecarToken"),
+        starting=starting,
+        ending=_parse_ending(given.get("endingOffsets", "latest")),
+        max_offsets_per_trigger=max_per_trigger,
+        min_partitions=_parse_int("minPartitions", given.get("minPartitions", "1"), 1),
+        max_records_per_partition=_parse_int(
+            "maxRecordsPerPartition", given.get("maxRecordsPerPartition", "50000"), 1
+        ),
+        include_headers=_parse_bool("includeHeaders", given.get("includeHeaders", "false")),
+        fail_on_data_loss=_parse_bool("failOnDataLoss", given.get("failOnDataLoss", "true")),
+        latest_offset_cache_ms=_parse_int(
+            "latestOffsetCacheMs", given.get("latestOffsetCacheMs", "250"), 0
+        ),
+        timeout_ms=_parse_int("timeoutMs", given.get("timeoutMs", "10000"), 1),
+        user=given.get("user"),
+        password=given.get("password"),
+        token=given.get("token"),
+        creds_file=given.get("credsFile"),
+    )

@@ -1,0 +1,233 @@
+"""The `rsub` Python data source: batch and streaming reads of one region's read stream.
+
+Offsets are `{"stream": <read stream>, "sequence": N}`: everything up to and including
+read-stream sequence N is part of the batches so far. A micro-batch from offset `a` to `b`
+reads exactly the data messages with `a < sequence <= b`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import structlog
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from spark_jobs.rsub_spark.cursor import SidecarClient
+from spark_jobs.rsub_spark.nats_read import NatsSession, StreamBounds, iterate_range, stream_bounds
+from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
+from spark_jobs.rsub_spark.rows import arrow_schema, spark_schema, to_record_batch
+
+log = structlog.get_logger(__name__)
+
+
+class RsubCheckpointError(RuntimeError):
+    """A checkpointed offset does not belong to the read stream this query reads."""
+
+
+class SequenceRange(InputPartition):
+    """The read-stream sequences `start < s <= end`, read by one Spark task."""
+
+    def __init__(self, start: int, end: int) -> None:
+        super().__init__((start, end))
+        self.start = start
+        self.end = end
+
+
+def split_range(opts: RsubOptions, start: int, end: int) -> list[SequenceRange]:
+    """Cuts `(start, end]` into at least minPartitions ranges of <= maxRecordsPerPartition."""
+    span = end - start
+    if span <= 0:
+        return []
+    count = max(opts.min_partitions, math.ceil(span / opts.max_records_per_partition))
+    count = min(count, span)
+    bounds = [start + span * i // count for i in range(count + 1)]
+    return [SequenceRange(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def read_range_batches(
+    opts: RsubOptions, schema: StructType, start: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the data messages with `start < sequence <= end`."""
+    pa_schema = arrow_schema(schema)
+    for msgs, bounds in iterate_range(opts, start, end):
+        yield to_record_batch(msgs, bounds.origins, pa_schema)
+
+
+def starting_sequence(opts: RsubOptions, streaming: bool, bounds: StreamBounds) -> int:
+    """The exclusive start sequence of a new query or batch read."""
+    starting = opts.starting_for(streaming)
+    if starting.kind == "earliest":
+        return bounds.first_seq - 1
+    if starting.kind == "latest":
+        return bounds.last_seq
+    if starting.kind == "sequence":
+        return starting.sequence - 1
+    assert opts.sidecar is not None and opts.subscription is not None  # checked by parse_options
+    client = SidecarClient(opts.sidecar, token=opts.sidecar_token, timeout_s=opts.timeout_ms / 1000)
+    try:
+        mark_delete = client.mark_delete(opts.stream, opts.subscription)
+    finally:
+        client.close()
+    log.info(
+        "rsub.start_from_subscription",
+        stream=opts.stream,
+        read_stream=opts.read_stream,
+        subscription=opts.subscription,
+        mark_delete=mark_delete,
+    )
+    return mark_delete
+
+
+def _checked_schema(opts: RsubOptions, schema: StructType) -> StructType:
+    expected = spark_schema(opts.include_headers)
+    if [(f.name, f.dataType) for f in schema] != [(f.name, f.dataType) for f in expected]:
+        raise RsubOptionError(
+            f"the rsub source produces the schema {expected.simpleString()}, "
+            f"not {schema.simpleString()}"
+        )
+    return schema
+
+
+def _read_partition(opts: RsubOptions, schema: StructType, partition: Any) -> Iterator[Any]:
+    if isinstance(partition, SequenceRange):
+        return read_range_batches(opts, schema, partition.start, partition.end)
+    return iter(())
+
+
+class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: RsubOptions, schema: StructType) -> None:
+        self._opts = opts
+        self._schema = _checked_schema(opts, schema)
+        self._session: NatsSession | None = None
+        self._latest: tuple[float, int] | None = None
+        self._initial: dict[str, Any] | None = None
+        self._available_now_end: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_session"] = None
+        return state
+
+    def _bounds(self) -> StreamBounds:
+        if self._session is None:
+            self._session = NatsSession(self._opts)
+        opts = self._opts
+        return self._session.run(lambda nc: stream_bounds(nc, opts))
+
+    def _last_seq(self, fresh: bool = False) -> int:
+        now = time.monotonic()
+        max_age = self._opts.latest_offset_cache_ms / 1000
+        if fresh or self._latest is None or now - self._latest[0] >= max_age:
+            self._latest = (now, self._bounds().last_seq)
+        return self._latest[1]
+
+    def _offset(self, sequence: int) -> dict[str, Any]:
+        return {"stream": self._opts.read_stream, "sequence": sequence}
+
+    def _sequence_of(self, offset: dict[str, Any]) -> int:
+        stream = offset.get("stream")
+        if stream != self._opts.read_stream:
+            raise RsubCheckpointError(
+                f"the checkpoint holds an offset of read stream {stream!r}, but this query reads "
+                f"{self._opts.read_stream!r}: sequences differ between regions, so start a new "
+                "checkpoint (with startingOffsets=subscription to continue the subscription)"
+            )
+        return int(offset["sequence"])
+
+    def initialOffset(self) -> dict[str, Any]:
+        # Spark asks twice on a fresh start; "latest" must answer the same both times.
+        if self._initial is None:
+            self._initial = self._offset(starting_sequence(self._opts, True, self._bounds()))
+        return self._initial
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = self._sequence_of(start)
+        latest = self._last_seq()
+        if self._available_now_end is not None:
+            latest = min(latest, self._available_now_end)
+        if isinstance(limit, ReadMaxRows):
+            latest = min(latest, begin + limit.max_rows)
+        return self._offset(max(begin, latest))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self._opts.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self._opts.max_offsets_per_trigger)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        return self._offset(self._last_seq())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = self._last_seq(fresh=True)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SequenceRange]:
+        return split_range(self._opts, self._sequence_of(start), self._sequence_of(end))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read_partition(self._opts, self._schema, partition)
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+
+class RsubBatchReader(DataSourceReader):
+    def __init__(self, opts: RsubOptions, schema: StructType) -> None:
+        self._opts = opts
+        self._schema = _checked_schema(opts, schema)
+
+    def partitions(self) -> list[SequenceRange]:
+        opts = self._opts
+        session = NatsSession(opts)
+        try:
+            bounds = session.run(lambda nc: stream_bounds(nc, opts))
+        finally:
+            session.close()
+        start = starting_sequence(opts, False, bounds)
+        end = bounds.last_seq
+        if opts.ending.kind == "sequence":
+            end = min(end, opts.ending.sequence)
+        return split_range(opts, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read_partition(self._opts, self._schema, partition)
+
+
+class RsubDataSource(DataSource):
+    """`spark.read.format("rsub")` / `spark.readStream.format("rsub")`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rsub"
+
+    def _parsed(self) -> RsubOptions:
+        return parse_options(self.options)
+
+    def schema(self) -> StructType:
+        return spark_schema(self._parsed().include_headers)
+
+    def reader(self, schema: StructType) -> RsubBatchReader:
+        return RsubBatchReader(self._parsed(), schema)
+
+    def streamReader(self, schema: StructType) -> RsubStreamReader:
+        if any(key.lower() == "endingoffsets" for key in self.options):
+            raise RsubOptionError("option endingOffsets is for batch reads only (spark.read)")
+        return RsubStreamReader(self._parsed(), schema)

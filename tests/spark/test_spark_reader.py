@@ -1,0 +1,273 @@
+"""The rsub reader against a real nats-server, without Spark: ranges, rows, offsets, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import pickle
+from datetime import UTC, datetime
+from typing import Any
+
+import nats
+import pyarrow as pa
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from spark_helpers import (
+    Layout,
+    NatsServer,
+    SidecarDouble,
+    create_layout,
+    free_port,
+    publish_orders,
+    wait_sourced,
+)
+
+from spark_jobs.rsub_spark.nats_read import RsubDataLossError, RsubReadError
+from spark_jobs.rsub_spark.options import RsubOptionError, parse_options
+from spark_jobs.rsub_spark.rows import spark_schema
+from spark_jobs.rsub_spark.source import (
+    RsubBatchReader,
+    RsubCheckpointError,
+    RsubDataSource,
+    RsubStreamReader,
+    SequenceRange,
+    read_range_batches,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def read_rows(opts: dict[str, str], start: int, end: int) -> list[dict[str, Any]]:
+    parsed = parse_options(opts)
+    schema = spark_schema(parsed.include_headers)
+    batches = list(read_range_batches(parsed, schema, start, end))
+    return pa.Table.from_batches(batches).to_pylist() if batches else []
+
+
+def stream_reader(layout: Layout, **extra: str) -> RsubStreamReader:
+    source = RsubDataSource(layout.options(**extra))
+    return source.streamReader(source.schema())
+
+
+def test_full_range_is_every_data_message_in_order_without_markers(orders_layout: Layout) -> None:
+    last = orders_layout.stored[-1][0]
+    rows = read_rows(orders_layout.options(), 0, last)
+    expected = orders_layout.data_between(0, last)
+    assert [(r["sequence"], r["subject"], r["data"]) for r in rows] == expected
+    assert len(rows) == len(orders_layout.published) == 200
+    # The stream really holds markers, so the filter was exercised.
+    assert any(subject.startswith("_rsub.") for _, subject, _ in orders_layout.stored)
+    assert all(not r["subject"].startswith("_rsub.") for r in rows)
+
+
+def test_rows_carry_the_origin_and_the_publish_time(orders_layout: Layout) -> None:
+    last = orders_layout.stored[-1][0]
+    rows = read_rows(orders_layout.options(includeHeaders="true"), 0, last)
+    by_origin = {(r["origin_region"], r["origin_sequence"]): r for r in rows}
+    assert len(by_origin) == len(orders_layout.published)
+    for pub in orders_layout.published:
+        row = by_origin[(pub.region, pub.origin_sequence)]
+        assert row["data"] == pub.data
+        assert row["subject"] == "orders." + pub.subject.split(".", 2)[2]
+        stamp = row["timestamp"]
+        published_at = (pub.headers or {}).get("Rsub-Published-At")
+        if published_at is None:
+            assert abs((stamp - datetime.now(UTC)).total_seconds()) < 3600
+        elif published_at.isdigit():
+            assert stamp == datetime.fromtimestamp(int(published_at) / 1000, UTC)
+        else:
+            assert stamp == datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+        headers = dict(row["headers"] or [])
+        assert headers.get("Nats-Stream-Source", "").startswith(f"orders-write-{pub.region} ")
+        for key, value in (pub.headers or {}).items():
+            assert headers[key] == value
+
+
+@pytest.mark.parametrize("cuts", [[0, 37, 38, 120, 260], [0, 1, 2, 3, 500]])
+def test_ranges_partition_the_stream_exactly_and_replay_identically(
+    orders_layout: Layout, cuts: list[int]
+) -> None:
+    last = orders_layout.stored[-1][0]
+    bounds = [min(c, last) for c in cuts]
+    pieces = []
+    for lo, hi in itertools.pairwise(bounds):
+        first = read_rows(orders_layout.options(), lo, hi)
+        assert first == read_rows(orders_layout.options(), lo, hi)  # a retry reads the same
+        assert [(r["sequence"], r["subject"], r["data"]) for r in first] == (
+            orders_layout.data_between(lo, hi)
+        )
+        pieces.extend(first)
+    assert [r["sequence"] for r in pieces] == [s for s, _, _ in orders_layout.data_between(0, last)]
+
+
+def test_a_range_of_markers_only_is_empty(orders_layout: Layout) -> None:
+    markers = [s for s, subject, _ in orders_layout.stored if subject.startswith("_rsub.")]
+    seq = next(m for m in markers if m > 5)
+    assert read_rows(orders_layout.options(), seq - 1, seq) == []
+    # A range ending on a marker stops at it without waiting for later data.
+    rows = read_rows(orders_layout.options(), seq - 3, seq)
+    assert [r["sequence"] for r in rows] == [
+        s for s, _, _ in orders_layout.data_between(seq - 3, seq)
+    ]
+
+
+def test_offsets_limits_and_latest_cache(orders_layout: Layout, nats_server: NatsServer) -> None:
+    last = orders_layout.stored[-1][0]
+    first_data = orders_layout.data_between(0, last)[0][0]
+    assert stream_reader(orders_layout).initialOffset() == {
+        "stream": "orders-read-west",
+        "sequence": last,
+    }
+    assert stream_reader(orders_layout, startingOffsets="earliest").initialOffset()["sequence"] == 0
+    assert (
+        stream_reader(orders_layout, startingOffsets='{"sequence": 42}').initialOffset()["sequence"]
+        == 41
+    )
+    reader = stream_reader(orders_layout, startingOffsets="earliest", maxOffsetsPerTrigger="50")
+    try:
+        start = reader.initialOffset()
+        assert reader.getDefaultReadLimit() == ReadMaxRows(50)
+        assert reader.latestOffset(start, ReadMaxRows(50))["sequence"] == 50
+        assert reader.latestOffset(start, ReadAllAvailable())["sequence"] == last
+        parts = reader.partitions(start, {"stream": "orders-read-west", "sequence": 50})
+        rows = [r for p in parts for b in reader.read(p) for r in b.to_pylist()]
+        assert rows[0]["sequence"] == first_data
+        assert [r["sequence"] for r in rows] == [s for s, _, _ in orders_layout.data_between(0, 50)]
+        with pytest.raises(RsubCheckpointError, match="read stream 'orders-read-east'"):
+            reader.latestOffset({"stream": "orders-read-east", "sequence": 5}, ReadAllAvailable())
+        # The reader travels to executors by pickle, open connection or not.
+        clone = pickle.loads(pickle.dumps(reader))
+        assert clone.latestOffset(start, ReadMaxRows(10))["sequence"] == 10
+    finally:
+        reader.stop()
+
+
+def test_latest_offset_is_cached_and_available_now_is_capped(nats_server: NatsServer) -> None:
+    async def setup() -> Layout:
+        nc = await nats.connect(nats_server.url)
+        try:
+            vstream = await create_layout(nc, "caching")
+            published = await publish_orders(nc, vstream, 10)
+            await wait_sourced(nc, vstream, 10)
+            return Layout(nats_server.url, vstream, vstream.read_stream("west"), published)
+        finally:
+            await nc.close()
+
+    async def more(layout: Layout, total: int) -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            await publish_orders(nc, layout.vstream, total - 10, first_index=10)
+            await wait_sourced(nc, layout.vstream, total)
+        finally:
+            await nc.close()
+
+    layout = asyncio.run(setup())
+    options = layout.options(startingOffsets="earliest", latestOffsetCacheMs="60000")
+    options["stream"] = "caching"
+    source = RsubDataSource(options)
+    reader = source.streamReader(source.schema())
+    try:
+        start = reader.initialOffset()
+        before = reader.latestOffset(start, ReadAllAvailable())
+        reader.prepareForTriggerAvailableNow()
+        asyncio.run(more(layout, 20))
+        # Within the cache age, the answer is the cached one; after availableNow started, the
+        # target never moves even when the cache refreshes.
+        assert reader.latestOffset(start, ReadAllAvailable()) == before
+        assert reader.reportLatestOffset() == before
+    finally:
+        reader.stop()
+    fresh_options = {**options, "latestOffsetCacheMs": "0"}
+    fresh = RsubDataSource(fresh_options).streamReader(source.schema())
+    try:
+        assert fresh.latestOffset(start, ReadAllAvailable())["sequence"] > before["sequence"]
+    finally:
+        fresh.stop()
+
+
+def test_batch_reader_honours_starting_and_ending_offsets(orders_layout: Layout) -> None:
+    source = RsubDataSource(
+        orders_layout.options(
+            startingOffsets='{"sequence": 20}',
+            endingOffsets='{"sequence": 120}',
+            maxRecordsPerPartition="40",
+        )
+    )
+    reader = source.reader(source.schema())
+    parts = reader.partitions()
+    assert [(p.start, p.end) for p in parts] == [(19, 52), (52, 86), (86, 120)]
+    rows = [r for p in parts for b in reader.read(p) for r in b.to_pylist()]
+    assert [(r["sequence"], r["subject"], r["data"]) for r in rows] == (
+        orders_layout.data_between(19, 120)
+    )
+    assert isinstance(reader, RsubBatchReader)
+
+
+def test_unknown_stream_and_unreachable_servers_are_named(orders_layout: Layout) -> None:
+    with pytest.raises(RsubReadError, match=r"read stream 'orders-read-north'.*not found"):
+        stream_reader(orders_layout, region="north").initialOffset()
+    dead = f"nats://127.0.0.1:{free_port()}"
+    with pytest.raises(RsubReadError, match=f"cannot connect to NATS servers {dead}"):
+        read_rows({**orders_layout.options(), "servers": dead}, 0, 10)
+    with pytest.raises(RsubOptionError, match="unknown option 'startingoffset'"):
+        RsubDataSource({**orders_layout.options(), "startingoffset": "earliest"}).schema()
+    source = RsubDataSource(orders_layout.options(endingOffsets="latest"))
+    with pytest.raises(RsubOptionError, match="endingOffsets is for batch reads only"):
+        source.streamReader(source.schema())
+
+
+def test_lost_sequences_fail_or_are_skipped(nats_server: NatsServer) -> None:
+    async def setup() -> tuple[Layout, int]:
+        nc = await nats.connect(nats_server.url)
+        try:
+            vstream = await create_layout(nc, "lossy")
+            await publish_orders(nc, vstream, 30)
+            last = await wait_sourced(nc, vstream, 30)
+            js = nc.jetstream()
+            await js.purge_stream(vstream.read_stream("west"), keep=10)
+            info = await js.stream_info(vstream.read_stream("west"))
+            return Layout(nats_server.url, vstream, vstream.read_stream("west")), int(
+                info.state.first_seq
+            ) if last else 0
+        finally:
+            await nc.close()
+
+    layout, first = asyncio.run(setup())
+    options = {**layout.options(), "stream": "lossy"}
+    with pytest.raises(RsubDataLossError, match=rf"no longer holds sequences 1\.\.{first - 1}"):
+        read_rows(options, 0, first + 5)
+    rows = read_rows({**options, "failOnDataLoss": "false"}, 0, first + 5)
+    assert rows and all(first <= r["sequence"] <= first + 5 for r in rows)
+    earliest = RsubDataSource({**options, "startingOffsets": "earliest"})
+    reader = earliest.streamReader(earliest.schema())
+    try:
+        assert reader.initialOffset()["sequence"] == first - 1
+    finally:
+        reader.stop()
+
+
+def test_subscription_start_asks_the_sidecar(
+    orders_layout: Layout, sidecar_double: SidecarDouble
+) -> None:
+    options = orders_layout.options(subscription="billing", sidecar=sidecar_double.address)
+    with pytest.raises(RuntimeError, match="subscription 'billing' of stream 'orders' not found"):
+        stream_reader(orders_layout, **options).initialOffset()
+    sidecar_double.backend.cursors[("orders", "billing")] = 57
+    assert stream_reader(orders_layout, **options).initialOffset() == {
+        "stream": "orders-read-west",
+        "sequence": 57,
+    }
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(RuntimeError, match=f"sidecar {dead} unreachable"):
+        stream_reader(
+            orders_layout, subscription="billing", sidecar=dead, timeoutMs="2000"
+        ).initialOffset()
+
+
+def test_empty_partition_of_a_batch_read_yields_nothing(orders_layout: Layout) -> None:
+    source = RsubDataSource(orders_layout.options())
+    reader = source.reader(source.schema())
+    assert list(reader.read(SequenceRange(5, 5))) == []
+    # A range past the stream's end means the stream was replaced: sequences would not match.
+    with pytest.raises(RsubDataLossError, match="ends at sequence"):
+        list(reader.read(SequenceRange(10_000, 10_010)))
