@@ -276,6 +276,7 @@ class StreamMachine:
         self._answered: dict[str, tuple[SnapshotId, int]] = {}
         self._completed: deque[Snapshot] = deque(maxlen=config.history_size)
         self._last_completed_id: SnapshotId | None = None
+        self._own_max_id: SnapshotId | None = None  # highest own snapshot id seen in markers
         self._subs: dict[str, _Sub] = {}
         self._applied: dict[str, dict[str, AppliedUpdate]] = {}
 
@@ -357,10 +358,16 @@ class StreamMachine:
                 f"epoch {epoch} of region {self._region} is older than the seen "
                 f"{self._max_epoch[self._region]}"
             )
+        # Never reuse an id, even when an epoch is handed out again (same term, or a
+        # restarted sidecar whose markers with this epoch are already in the stream).
+        counter = self._counter if epoch == self._epoch else 0
+        seen = self._own_max_id
+        if seen is not None and seen.epoch == epoch:
+            counter = max(counter, seen.counter)
         self._leader = True
         self._epoch = epoch
         self._max_epoch[self._region] = epoch
-        self._counter = 0
+        self._counter = counter
         self._pending = None
         self._next_start_ms = self._now
         out: list[Output] = []
@@ -397,6 +404,10 @@ class StreamMachine:
                 out.append(LeadershipLost(self._epoch, marker.epoch))
                 self.became_follower()
         body = marker.body
+        if region == self._region:
+            sid = body.snapshot_id if isinstance(body, Update) else body.id
+            if self._own_max_id is None or sid > self._own_max_id:
+                self._own_max_id = sid
         if type(body) is Request:
             if region == self._region:
                 attempt = self._pending

@@ -12,7 +12,8 @@ Model (one virtual stream `V`, regions r0..rN-1):
   order, in bursts, out of order or stalls; copies elsewhere are moved only by updates;
 - chaos: channel stalls, sidecar crashes and restarts (rebuilt from the markers in Q),
   leadership changes (the old leader lives on as a zombie for a while), partitions of one
-  region, failovers of a subscription's home; then a healed phase checks liveness.
+  region, failovers of a subscription's home, garbage on the marker subjects; then a healed
+  phase checks liveness. Some runs send every marker through the protobuf codec.
 
 Properties (checked when the state they depend on changes, which is after every step that
 could break them; read streams are append-only and consumption only grows, so a property that
@@ -49,6 +50,7 @@ from sidecar.protocol import (
     Output,
     PublishLocal,
     PublishReplicated,
+    Rejected,
     Response,
     Snapshot,
     SnapshotCompleted,
@@ -59,10 +61,14 @@ from sidecar.protocol import (
     Update,
     UpdateApplied,
     UpdateSent,
+    decode,
+    encode,
 )
 
 STREAM = "V"
-Entry = int | Marker  # data messages are unique positive ints
+# Data messages are unique positive ints; markers travel as values, or as bytes when the run
+# goes through the codec (garbage on marker subjects is bytes too).
+Entry = int | Marker | bytes
 MachineFactory = Callable[[MachineConfig], StreamMachine]
 
 
@@ -82,6 +88,8 @@ class SimParams:
     leader_changes: bool = True
     partitions: bool = True
     failovers: bool = True
+    garbage: bool = True
+    codec: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.regions <= 9:
@@ -104,6 +112,8 @@ class SimParams:
             leader_changes=rng.random() < 0.6,
             partitions=rng.random() < 0.4,
             failovers=rng.random() < 0.6,
+            garbage=rng.random() < 0.3,
+            codec=rng.random() < 0.2,
         )
 
 
@@ -214,6 +224,7 @@ class World:
                 "leader_changes",
                 "partitions",
                 "failovers",
+                "rejected",
             ),
             0,
         )
@@ -280,14 +291,14 @@ class World:
             cache_size=self.p.cache_size,
         )
         q = self.q[region]
-        markers = [(i + 1, e) for i, e in enumerate(q) if isinstance(e, Marker)]
+        markers = [(i + 1, e) for i, e in enumerate(q) if not isinstance(e, int)]
         positions = {n: self._effective(region, n) for n in self._local_subs(region)}
         machine = self.factory(config)
         inst = _Instance(machine, len(q), dict(positions))
         machine.tick(self.now)
         self._handle(region, inst, machine.subscriptions_changed(self._infos(region)))
-        for seq, marker in markers:
-            self._handle(region, inst, machine.marker_seen(seq, marker))
+        for seq, entry in markers:
+            self._handle(region, inst, self._feed(machine, seq, entry))
         self._handle(region, inst, machine.positions_read(positions, len(q)))
         self._handle(region, inst, machine.became_leader(self.epochs[region]))
         return inst
@@ -363,12 +374,24 @@ class World:
             while inst.tail < len(q):
                 inst.tail += 1
                 entry = q[inst.tail - 1]
-                if isinstance(entry, Marker):
-                    out = inst.machine.marker_seen(inst.tail, entry)
+                if not isinstance(entry, int):
+                    out = self._feed(inst.machine, inst.tail, entry)
                     self._handle(region, inst, out)
                     self._check_applied(region, inst, out)
         lag = self.rng.randint(1, 300) if self.rng.random() < 0.05 else self.rng.randint(5, 50)
         self._at(self.now + lag, self._tail, region)
+
+    def _feed(self, machine: StreamMachine, seq: int, entry: Marker | bytes) -> list[Output]:
+        if isinstance(entry, Marker):
+            return machine.marker_seen(seq, entry)
+        decoded = decode(entry, stream=STREAM, regions=self.regions)
+        if isinstance(decoded, Rejected):
+            self.stats["rejected"] += 1
+            return machine.marker_rejected(seq, decoded)
+        return machine.marker_seen(seq, decoded)
+
+    def _wire(self, marker: Marker) -> Marker | bytes:
+        return encode(marker) if self.p.codec else marker
 
     def _positions(self, region: str) -> None:
         infos = self._infos(region)
@@ -393,12 +416,12 @@ class World:
         for out in outputs:
             if isinstance(out, PublishReplicated):
                 self._note("publish", region, out.marker)
-                self._append_w(region, out.marker)
+                self._append_w(region, self._wire(out.marker))
             elif isinstance(out, PublishLocal):
                 body = out.marker.body
                 if isinstance(body, Snapshot):
                     self._check_snapshot(region, body)
-                self.q[region].append(out.marker)
+                self.q[region].append(self._wire(out.marker))
             elif isinstance(out, MoveConsumer | MoveCursor | CreateConsumer | CreateCursor):
                 self._note("move", region, out)
                 self._move(region, inst, out)
@@ -516,6 +539,7 @@ class World:
                 ("leader", p.leader_changes),
                 ("partition", p.partitions),
                 ("failover", p.failovers),
+                ("garbage", p.garbage),
             )
             if on
         ]
@@ -550,6 +574,8 @@ class World:
                         ch.blocked_until = max(ch.blocked_until, until)
         elif kind == "failover":
             self._failover(rng.choice(list(self.subs.values())))
+        elif kind == "garbage":
+            self._append_w(region, rng.randbytes(rng.randint(0, 40)))
 
     def _restart(self, region: str) -> None:
         if self.leaders[region] is not None and not self.zombies[region]:

@@ -318,3 +318,20 @@ def test_config_validation() -> None:
         MachineConfig("x", STREAM, ("a", "b"))
     with pytest.raises(ValueError, match="timeout_ms"):
         MachineConfig("a", STREAM, ("a", "b"), timeout_ms=0)
+
+
+def test_snapshot_ids_never_repeat_when_an_epoch_is_reused() -> None:
+    a = machine("a", "ab")
+    first = start(a, data_seq=10)
+    a.became_follower()
+    a.became_leader(1)  # the same term handed back
+    a.read_stream_advanced(20)
+    (second,) = published(a.tick(2_000))
+    # A restarted sidecar given the same epoch again still continues after the stored ids.
+    config = MachineConfig("a", STREAM, ("a", "b"))
+    restored = StreamMachine.restore(config, [(11, first), (21, second)], SUBS, {}, 30, 3_000)
+    restored.became_leader(1)
+    restored.read_stream_advanced(35)
+    (third,) = published(restored.tick(4_000))
+    ids = [m.body.id for m in (first, second, third)]  # type: ignore[union-attr]
+    assert len(set(ids)) == 3 and [i.counter for i in ids] == [1, 2, 3]

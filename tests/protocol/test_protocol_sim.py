@@ -25,18 +25,27 @@ def _safety_only(seed: int, chaos_ms: int) -> SimParams:
 
 def test_many_seeded_safety_runs() -> None:
     totals: dict[str, int] = {}
-    for seed in range(2_000):
+    for seed in range(1_500):
         result = run(seed, _safety_only(seed, chaos_ms=1_200))
         _check(result)
         for key, value in result.stats.items():
             totals[key] = totals.get(key, 0) + value
     # The schedules really exercised the protocol and the chaos.
-    for key in ("snapshots", "updates", "moves", "creates", "fenced", "crashes", "failovers"):
+    for key in (
+        "snapshots",
+        "updates",
+        "moves",
+        "creates",
+        "fenced",
+        "crashes",
+        "failovers",
+        "rejected",
+    ):
         assert totals[key] > 0, (key, totals)
 
 
 def test_seeded_runs_with_healing_are_safe_and_live() -> None:
-    for seed in range(150):
+    for seed in range(100):
         _check(run(10_000 + seed))
 
 
