@@ -1,0 +1,345 @@
+"""One rsub sidecar per region on a `LocalSuperCluster`, for the demo, scenario tests and benches.
+
+In process (a `Runtime` per region)::
+
+    async with RegionSidecars(cluster, streams=["orders"], interval_ms=200) as sidecars:
+        sidecars["west"]                      # the Runtime of west (ready, leading)
+        await sidecars.stop("west")           # graceful stop (releases the lease)
+        follower = await sidecars.add_replica("west")   # a second replica, stopped at exit
+
+In a subprocess (`rsub run --config`), when the sidecar must be SIGKILLed or measured::
+
+    proc = SidecarProcess(sidecar_settings(cluster, "west"), workdir)
+    await proc.start(); await proc.wait_ready(60); ...; await proc.kill()
+
+`read_stored()` / `read_markers()` read what a stream holds (with stored timestamps) and
+`snapshot_latencies_ms()` measures snapshot completion from the markers themselves.
+
+`sidecar_settings()` builds the configuration mapping (what a YAML file holds) from the
+cluster: servers of the region, all regions, the streams, snapshot intervals, lease TTL and
+listen addresses (port 0 = any free port for in-process runtimes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import yaml
+from nats.aio.client import Client
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from sidecar.config import Config
+from sidecar.dev.cluster import LocalSuperCluster, spawn_process, stop_process
+from sidecar.dev.ports import HOST, free_ports
+from sidecar.nats.names import VirtualStream
+from sidecar.protocol import Marker, Rejected, Request, Snapshot, decode
+from sidecar.runtime import Runtime
+
+DEFAULT_STREAMS = ("orders",)
+READY_TIMEOUT_S = 60.0
+_POLL_S = 0.05
+_READ_WAIT_S = 10.0
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[bool]],
+    what: str,
+    timeout_s: float = 60.0,
+    *,
+    poll_s: float = _POLL_S,
+) -> None:
+    """Poll `check` until it returns True; raise TimeoutError naming `what` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        await asyncio.sleep(poll_s)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One message as a stream stores it."""
+
+    seq: int
+    subject: str
+    stored_unix_ms: float
+    headers: Mapping[str, str]
+    data: bytes
+
+
+async def read_stored(nc: Client, stream: str, subject_filter: str) -> list[Stored]:
+    """Every message of `stream` matching `subject_filter` at the time of the call, in order.
+
+    Uses an ordered consumer, so it needs the JetStream meta leader.
+    """
+    js = nc.jetstream()
+    info = await js.stream_info(stream, subjects_filter=subject_filter)
+    count = sum((info.state.subjects or {}).values())
+    stored: list[Stored] = []
+    if count == 0:
+        return stored
+    sub = await js.subscribe(
+        subject_filter,
+        stream=stream,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+    )
+    try:
+        while len(stored) < count:
+            msg = await sub.next_msg(timeout=_READ_WAIT_S)
+            meta = msg.metadata
+            stored.append(
+                Stored(
+                    meta.sequence.stream,
+                    msg.subject,
+                    meta.timestamp.timestamp() * 1000,
+                    dict(msg.headers or {}),
+                    msg.data,
+                )
+            )
+            if meta.num_pending == 0:
+                break
+    finally:
+        await sub.unsubscribe()
+    return stored
+
+
+@dataclass(frozen=True)
+class StoredMarker:
+    seq: int
+    stored_unix_ms: float
+    marker: Marker | Rejected
+
+
+async def read_markers(nc: Client, vs: VirtualStream, region: str) -> list[StoredMarker]:
+    """Every marker in `region`'s read stream, decoded (or rejected), in stream order."""
+    stored = await read_stored(nc, vs.read_stream(region), vs.marker_filter())
+    return [
+        StoredMarker(s.seq, s.stored_unix_ms, decode(s.data, stream=vs.name, regions=vs.regions))
+        for s in stored
+    ]
+
+
+def snapshot_latencies_ms(markers: Sequence[StoredMarker], region: str) -> dict[str, float]:
+    """Per completed snapshot of `region`: ms from its first request to its completion marker,
+    both as stored in `region`'s read stream (the markers of that read stream)."""
+    requested: dict[str, float] = {}
+    latencies: dict[str, float] = {}
+    for item in markers:
+        marker = item.marker
+        if not isinstance(marker, Marker) or marker.region != region:
+            continue
+        body = marker.body
+        if isinstance(body, Request) and body.round == 1:
+            requested[str(body.id)] = item.stored_unix_ms
+        elif isinstance(body, Snapshot) and str(body.id) in requested:
+            latencies[str(body.id)] = item.stored_unix_ms - requested[str(body.id)]
+    return latencies
+
+
+def sidecar_settings(
+    cluster: LocalSuperCluster,
+    region: str,
+    *,
+    streams: Sequence[str] = DEFAULT_STREAMS,
+    interval_ms: int = 200,
+    timeout_s: float = 5.0,
+    lease_ttl_s: float = 3.0,
+    grpc_listen: str = f"{HOST}:0",
+    http_listen: str = f"{HOST}:0",
+    log_level: str = "warning",
+) -> dict[str, Any]:
+    """The configuration mapping of `region`'s sidecar on `cluster` (YAML-serialisable)."""
+    return {
+        "region": region,
+        "regions": list(cluster.regions),
+        "nats": {"servers": cluster.servers(region)},
+        "streams": [{"name": name} for name in streams],
+        "snapshot": {"interval_ms": interval_ms, "timeout_s": timeout_s},
+        "lease": {"ttl_s": lease_ttl_s},
+        "grpc": {"listen": grpc_listen},
+        "http": {"listen": http_listen},
+        "log": {"level": log_level},
+    }
+
+
+class RegionSidecars:
+    """One in-process `Runtime` per region; `async with` starts them and waits for leaders."""
+
+    def __init__(
+        self,
+        cluster: LocalSuperCluster,
+        *,
+        streams: Sequence[str] = DEFAULT_STREAMS,
+        regions: Sequence[str] | None = None,
+        interval_ms: int = 200,
+        timeout_s: float = 5.0,
+        lease_ttl_s: float = 3.0,
+        serve: bool = True,
+    ) -> None:
+        self.cluster = cluster
+        self.streams = tuple(streams)
+        self.regions = tuple(regions if regions is not None else cluster.regions)
+        unknown = [r for r in self.regions if r not in cluster.regions]
+        if unknown:
+            raise ValueError(f"regions: {unknown} are not regions of the cluster {cluster.regions}")
+        self.interval_ms = interval_ms
+        self.timeout_s = timeout_s
+        self.lease_ttl_s = lease_ttl_s
+        self.serve = serve
+        self.runtimes: dict[str, Runtime] = {}
+        self._replicas: list[Runtime] = []
+
+    def config(self, region: str) -> Config:
+        return Config.from_mapping(
+            sidecar_settings(
+                self.cluster,
+                region,
+                streams=self.streams,
+                interval_ms=self.interval_ms,
+                timeout_s=self.timeout_s,
+                lease_ttl_s=self.lease_ttl_s,
+            )
+        )
+
+    def __getitem__(self, region: str) -> Runtime:
+        return self.runtimes[region]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.runtimes)
+
+    async def __aenter__(self) -> RegionSidecars:
+        try:
+            # One after the other: the first applies the topology, the others find it in place.
+            for region in self.regions:
+                await self.start(region)
+            await self.wait_leaders()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self, region: str) -> Runtime:
+        """Start `region`'s sidecar (again) and wait until it is ready."""
+        if region in self.runtimes:
+            raise RuntimeError(f"region {region!r}: its sidecar is already running")
+        runtime = self.runtimes[region] = Runtime(self.config(region), serve=self.serve)
+        await runtime.start()
+        await runtime.wait_ready(READY_TIMEOUT_S)
+        return runtime
+
+    async def add_replica(self, region: str, *, serve: bool = False) -> Runtime:
+        """Another replica of `region`'s sidecar (a follower while the first one leads)."""
+        replica = Runtime(self.config(region), serve=serve)
+        self._replicas.append(replica)
+        await replica.start()
+        await replica.wait_ready(READY_TIMEOUT_S)
+        return replica
+
+    async def stop(self, region: str) -> None:
+        """Stop `region`'s sidecar cleanly (it gives its lease up when it still can)."""
+        runtime = self.runtimes.pop(region, None)
+        if runtime is not None:
+            await runtime.stop()
+
+    async def wait_leaders(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until the sidecar of every running region leads its region."""
+
+        async def all_lead() -> bool:
+            return all(r.is_leader for r in self.runtimes.values())
+
+        await wait_until(all_lead, "a leader in every region", timeout_s)
+
+    async def close(self) -> None:
+        runtimes = [*self.runtimes.values(), *self._replicas]
+        self.runtimes.clear()
+        self._replicas.clear()
+        await asyncio.gather(*(r.stop() for r in runtimes), return_exceptions=True)
+
+
+class SidecarProcess:
+    """`rsub run --config` in a child process (killed with the parent); logs in `workdir`."""
+
+    def __init__(self, settings: Mapping[str, Any], workdir: Path) -> None:
+        grpc_port, http_port = free_ports(2)
+        self.region = str(settings["region"])
+        self.settings = {
+            **settings,
+            "grpc": {**settings.get("grpc", {}), "listen": f"{HOST}:{grpc_port}"},
+            "http": {**settings.get("http", {}), "listen": f"{HOST}:{http_port}"},
+            "log": {**settings.get("log", {}), "format": "json"},
+        }
+        Config.from_mapping(self.settings)  # refuse a bad configuration here, not in the child
+        self.grpc_port, self.http_port = grpc_port, http_port
+        self.workdir = Path(workdir)
+        self.config_path = self.workdir / f"sidecar-{self.region}.yaml"
+        self.log_path = self.workdir / f"sidecar-{self.region}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError(f"sidecar of {self.region!r} is not started")
+        return self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    async def start(self) -> None:
+        if self.running:
+            raise RuntimeError(f"sidecar of {self.region!r} is already running")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(self.settings, sort_keys=False))
+        argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(self.config_path)]
+        self._proc = spawn_process(argv, self.log_path, detached=False)
+
+    async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until its /readyz answers 200 (connected, topology applied, leadership known)."""
+        url = f"http://{HOST}:{self.http_port}/readyz"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+
+            async def ready() -> bool:
+                if not self.running:
+                    raise RuntimeError(f"sidecar of {self.region!r} exited; see {self.log_path}")
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.get(url) as resp:
+                        return resp.status == 200
+                return False
+
+            await wait_until(ready, f"the {self.region} sidecar process to be ready", timeout_s)
+
+    async def metrics_text(self) -> str:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+            http.get(f"http://{HOST}:{self.http_port}/metrics") as resp,
+        ):
+            return await resp.text()
+
+    async def kill(self) -> None:
+        """SIGKILL: no lease release, no flush (a crash)."""
+        if self._proc is not None:
+            await stop_process(self._proc, kill=True)
+
+    async def stop(self) -> None:
+        """SIGTERM (a clean stop), SIGKILL after a grace period."""
+        if self._proc is not None:
+            await stop_process(self._proc)
