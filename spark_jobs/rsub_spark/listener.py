@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.query import StreamingQuery
 
 from spark_jobs.rsub_spark.cursor import SidecarClient
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
@@ -70,6 +71,16 @@ class CursorCommitListener(StreamingQueryListener):
                     return False
                 self._changed.wait(left)
             return True
+
+    def wait_for_query(self, query: StreamingQuery, timeout_s: float) -> bool:
+        """Blocks until the end of `query`'s last reported batch is committed (e.g. at exit)."""
+        progress: dict[str, Any] = query.lastProgress or {}
+        ends = [
+            end_sequence(source.get("endOffset"), self._read_stream)
+            for source in progress.get("sources", [])
+        ]
+        known = [end for end in ends if end is not None]
+        return self.wait_for(max(known), timeout_s) if known else True
 
     def onQueryStarted(self, event: Any) -> None:
         return None

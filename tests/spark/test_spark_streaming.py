@@ -24,7 +24,7 @@ from spark_helpers import (
     wait_sourced,
 )
 
-from spark_jobs import rsub_spark
+from spark_jobs import orders_totals, rsub_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -200,3 +200,38 @@ def test_fresh_query_starts_after_the_subscription_position(
     rows = [r for b in sorted(sink.batches) for r in sink.batches[b]]
     assert rows == layout.data_between(position, layout.stored[-1][0])
     assert len(rows) == 18
+
+
+def test_orders_totals_are_exact_under_redelivery(
+    spark: SparkSession, nats_server: NatsServer, sidecar_double: SidecarDouble, tmp_path: Path
+) -> None:
+    layout = fresh_layout(nats_server, "totals", 40)
+    expected: dict[str, int] = {}
+    for pub in layout.published:
+        order = json.loads(pub.data)
+        expected[order["key"]] = expected.get(order["key"], 0) + order["amount"]
+    table = str(tmp_path / "orders")
+    options = options_of(
+        layout, subscription="billing", sidecar=sidecar_double.address, startingOffsets="earliest"
+    )
+
+    def run(checkpoint: str) -> None:
+        query, listener = orders_totals.start(
+            spark, options, table, checkpoint, available_now=True, query_name=checkpoint[-3:]
+        )
+        try:
+            query.awaitTermination(120)
+            assert listener is not None and listener.wait_for_query(query, timeout_s=30)
+        finally:
+            query.stop()
+            if listener is not None:
+                spark.streams.removeListener(listener)
+
+    run(str(tmp_path / "ck1"))
+    got = {r.key: r.total for r in orders_totals.totals(spark, table).collect()}
+    assert got == expected
+    assert sidecar_double.backend.cursors[("totals", "billing")] == layout.stored[-1][0]
+    # A fresh checkpoint from the start delivers every message again, as a failover may.
+    run(str(tmp_path / "ck2"))
+    assert {r.key: r.total for r in orders_totals.totals(spark, table).collect()} == expected
+    assert spark.read.parquet(table).count() == 40
