@@ -5,7 +5,7 @@ In process (a `Runtime` per region)::
     async with RegionSidecars(cluster, streams=["orders"], interval_ms=200) as sidecars:
         sidecars["west"]                      # the Runtime of west (ready, leading)
         await sidecars.stop("west")           # graceful stop (releases the lease)
-        follower = await sidecars.add_replica("west")   # a second replica, stopped at exit
+        async with sidecars.replica("west") as follower: ...   # a second replica
 
 In a subprocess (`rsub run --config`), when the sidecar must be SIGKILLed or measured::
 
@@ -27,7 +27,7 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -198,7 +198,6 @@ class RegionSidecars:
         self.lease_ttl_s = lease_ttl_s
         self.serve = serve
         self.runtimes: dict[str, Runtime] = {}
-        self._replicas: list[Runtime] = []
 
     def config(self, region: str) -> Config:
         return Config.from_mapping(
@@ -246,13 +245,17 @@ class RegionSidecars:
         await runtime.wait_ready(READY_TIMEOUT_S)
         return runtime
 
-    async def add_replica(self, region: str, *, serve: bool = False) -> Runtime:
-        """Another replica of `region`'s sidecar (a follower while the first one leads)."""
+    @contextlib.asynccontextmanager
+    async def replica(self, region: str, *, serve: bool = False) -> AsyncIterator[Runtime]:
+        """Another replica of `region`'s sidecar (a follower while another one leads),
+        ready inside the block and stopped at its end."""
         replica = Runtime(self.config(region), serve=serve)
-        self._replicas.append(replica)
-        await replica.start()
-        await replica.wait_ready(READY_TIMEOUT_S)
-        return replica
+        try:
+            await replica.start()
+            await replica.wait_ready(READY_TIMEOUT_S)
+            yield replica
+        finally:
+            await replica.stop()
 
     async def stop(self, region: str) -> None:
         """Stop `region`'s sidecar cleanly (it gives its lease up when it still can)."""
@@ -269,9 +272,8 @@ class RegionSidecars:
         await wait_until(all_lead, "a leader in every region", timeout_s)
 
     async def close(self) -> None:
-        runtimes = [*self.runtimes.values(), *self._replicas]
+        runtimes = list(self.runtimes.values())
         self.runtimes.clear()
-        self._replicas.clear()
         await asyncio.gather(*(r.stop() for r in runtimes), return_exceptions=True)
 
 

@@ -1,0 +1,74 @@
+"""Scenario fixtures: a real local super-cluster with one in-process sidecar per region,
+shared by the tests of a module (each test uses virtual streams of its own).
+
+Module-scoped fixtures live in the module's event loop: modules that use them mark their
+tests `pytest.mark.asyncio(loop_scope="module")`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from scenario_kit import clients
+
+from sidecar.dev.cluster import LocalSuperCluster
+from sidecar.dev.sidecars import RegionSidecars
+from sidecar.nats.names import VirtualStream
+
+# Short enough that scenarios finish quickly, long enough for a loaded 2-core machine.
+INTERVAL_MS = 200
+TIMEOUT_S = 3.0
+LEASE_TTL_S = 3.0
+
+# Streams of the shared two-region world, one per scenario.
+TWO_REGION_STREAMS = ("six", "standby", "idle", "toggle", "api", "junk")
+THREE_REGION_STREAMS = ("rounds",)
+
+
+@dataclass
+class World:
+    cluster: LocalSuperCluster
+    sidecars: RegionSidecars
+    conns: dict[str, Client]
+
+    def js(self, region: str) -> JetStreamContext:
+        return self.conns[region].jetstream()
+
+    def stream(self, name: str) -> VirtualStream:
+        return VirtualStream(name, tuple(self.cluster.regions))
+
+
+@contextlib.asynccontextmanager
+async def world(
+    regions: list[str], streams: tuple[str, ...], directory: pytest.TempPathFactory
+) -> AsyncIterator[World]:
+    async with (
+        LocalSuperCluster(regions, directory.mktemp("cluster")) as cluster,
+        RegionSidecars(
+            cluster,
+            streams=streams,
+            interval_ms=INTERVAL_MS,
+            timeout_s=TIMEOUT_S,
+            lease_ttl_s=LEASE_TTL_S,
+        ) as sidecars,
+        clients(cluster) as conns,
+    ):
+        yield World(cluster, sidecars, conns)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world2(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    async with world(["west", "east"], TWO_REGION_STREAMS, tmp_path_factory) as w:
+        yield w
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world3(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    async with world(["west", "central", "east"], THREE_REGION_STREAMS, tmp_path_factory) as w:
+        yield w

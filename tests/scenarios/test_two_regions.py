@@ -1,0 +1,308 @@
+"""Pulsar's replicated-subscription scenarios on NATS: two regions, real servers and sidecars.
+
+All tests share one cluster (west, east) with one sidecar per region; each test has a virtual
+stream of its own (see conftest.TWO_REGION_STREAMS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from conftest import INTERVAL_MS, World
+from nats.js.errors import NotFoundError
+from scenario_kit import (
+    DEADLINE_S,
+    ack_floor,
+    applied_from,
+    consume,
+    consume_all,
+    create_durable,
+    duplicate_bound,
+    duplicates,
+    last_seq,
+    metric,
+    publish,
+    publish_paced,
+    snapshot_used,
+)
+
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.dev.sidecars import read_markers, read_stored, wait_until
+from sidecar.protocol import Marker, Request, SnapshotId, encode
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+DURABLE = "app"
+
+
+def payloads(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}-{i}".encode() for i in range(count)]
+
+
+async def test_six_published_three_consumed_in_west_the_rest_in_east(world2: World) -> None:
+    vs, west, east = world2.stream("six"), world2.js("west"), world2.js("east")
+    sent = payloads("six", 6)
+    # The application made the durable in both regions; the update moves east's forward.
+    await create_durable(west, vs, "west", DURABLE)
+    await create_durable(east, vs, "east", DURABLE)
+    await publish_paced(west, world2.sidecars["west"], vs, sent, batch=2)
+    in_west = await consume(west, vs, "west", DURABLE, 3)
+
+    async def east_moved() -> bool:
+        return await ack_floor(east, vs, "east", DURABLE) > 0
+
+    await wait_until(east_moved, "the update to move the durable in east", DEADLINE_S)
+    # The snapshot east starts from (later updates, caused by east's own consumption, only
+    # move the position further).
+    used = await snapshot_used(world2.sidecars["east"], world2.sidecars["west"], vs, DURABLE)
+    wanted = set(sent) - {d.payload for d in in_west}
+    in_east = await consume_all(east, vs, "east", DURABLE, wanted)
+
+    everything = in_west + in_east
+    bound = duplicate_bound(in_west, used)
+    print(f"six: received {len(everything)}, duplicates {duplicates(everything)} <= {bound}")
+    assert {d.payload for d in everything} == set(sent)
+    assert used is not None
+    assert duplicates(everything) <= bound
+    assert await metric(world2.sidecars["west"], "rsub_snapshots_completed_total", stream="six")
+    assert await metric(world2.sidecars["west"], "rsub_updates_sent_total", stream="six")
+    assert await metric(
+        world2.sidecars["east"], "rsub_updates_applied_total", stream="six", origin="west"
+    )
+
+
+async def test_standby_switch_durable_created_in_east_by_an_update(world2: World) -> None:
+    vs, west, east = world2.stream("standby"), world2.js("west"), world2.js("east")
+    sent = payloads("standby", 20)
+    await create_durable(west, vs, "west", DURABLE)
+    await publish_paced(west, world2.sidecars["west"], vs, sent, batch=5)
+    assert await ack_floor(east, vs, "east", DURABLE) == -1
+    in_west = await consume(west, vs, "west", DURABLE, 10)
+
+    async def created_in_east() -> bool:
+        return await ack_floor(east, vs, "east", DURABLE) >= 0
+
+    await wait_until(created_in_east, "the durable to be created in east", DEADLINE_S)
+    info = await east.consumer_info(vs.read_stream("east"), DURABLE)
+    assert info.config.metadata is not None
+    assert info.config.metadata.get("rsub.replicate") == "true"
+    # The snapshot east starts from (later updates, caused by east's own consumption, only
+    # move the position further).
+    used = await snapshot_used(world2.sidecars["east"], world2.sidecars["west"], vs, DURABLE)
+    wanted = set(sent) - {d.payload for d in in_west}
+    in_east = await consume_all(east, vs, "east", DURABLE, wanted)
+
+    everything = in_west + in_east
+    bound = duplicate_bound(in_west, used)
+    print(f"standby: received {len(everything)}, duplicates {duplicates(everything)} <= {bound}")
+    assert {d.payload for d in everything} == set(sent)
+    assert duplicates(everything) <= bound
+
+
+async def marker_counts(world: World, stream: str) -> dict[str, int]:
+    vs = world.stream(stream)
+    return {r: len(await read_markers(world.conns[r], vs, r)) for r in world.cluster.regions}
+
+
+async def test_no_new_markers_without_new_data(world2: World) -> None:
+    vs, west = world2.stream("idle"), world2.js("west")
+    await create_durable(west, vs, "west", DURABLE)
+    await publish_paced(west, world2.sidecars["west"], vs, payloads("idle", 2), batch=2)
+    await consume(west, vs, "west", DURABLE, 2)
+    settle_s = 6 * INTERVAL_MS / 1000
+    # After the last data, the follow-up update and the snapshots it causes settle down.
+    previous = await marker_counts(world2, "idle")
+
+    async def quiet() -> bool:
+        nonlocal previous
+        await asyncio.sleep(settle_s)
+        now = await marker_counts(world2, "idle")
+        still, previous = now == previous, now
+        return still
+
+    await wait_until(quiet, "the markers of an idle stream to stop", DEADLINE_S)
+    started = await metric(world2.sidecars["west"], "rsub_snapshots_started_total", stream="idle")
+    assert started >= 1
+    await asyncio.sleep(2 * settle_s)
+    assert await marker_counts(world2, "idle") == previous
+    again = await metric(world2.sidecars["west"], "rsub_snapshots_started_total", stream="idle")
+    assert again == started
+
+
+async def set_replicated(world: World, region: str, stream: str, replicated: bool) -> None:
+    port = world.sidecars[region].grpc_port
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        reply = await api_pb2_grpc.AdminServiceStub(channel).SetReplicated(
+            api_pb2.SetReplicatedRequest(stream=stream, subscription=DURABLE, replicated=replicated)
+        )
+    assert reply.subscription.replicated is replicated
+
+
+async def last_data_seq(world: World, stream: str, region: str) -> int:
+    vs = world.stream(stream)
+    stored = await read_stored(world.conns[region], vs.read_stream(region), vs.data_filter())
+    return stored[-1].seq
+
+
+async def test_replication_switched_off_and_on_at_runtime(world2: World) -> None:
+    vs, west, east = world2.stream("toggle"), world2.js("west"), world2.js("east")
+    await create_durable(west, vs, "west", DURABLE)
+    await publish_paced(west, world2.sidecars["west"], vs, payloads("on", 4), batch=2)
+    await consume(west, vs, "west", DURABLE, 3)
+
+    async def created_in_east() -> bool:
+        return await ack_floor(east, vs, "east", DURABLE) >= 0
+
+    await wait_until(created_in_east, "the durable to be created in east", DEADLINE_S)
+    for region in world2.cluster.regions:
+        await set_replicated(world2, region, "toggle", False)
+    sent_before = await metric(world2.sidecars["west"], "rsub_updates_sent_total", stream="toggle")
+
+    # Off: each region consumes on its own; neither position follows the other.
+    await publish(west, vs, "west", payloads("off", 4))
+    await consume(west, vs, "west", DURABLE, 5)
+    await consume(east, vs, "east", DURABLE, 1)
+    east_floor = await ack_floor(east, vs, "east", DURABLE)
+    west_floor = await ack_floor(west, vs, "west", DURABLE)
+    assert west_floor == await last_seq(west, vs.read_stream("west"))
+    await asyncio.sleep(8 * INTERVAL_MS / 1000)
+    assert await ack_floor(east, vs, "east", DURABLE) == east_floor
+    assert await ack_floor(west, vs, "west", DURABLE) == west_floor
+    sent_after = await metric(world2.sidecars["west"], "rsub_updates_sent_total", stream="toggle")
+    assert sent_after == sent_before
+
+    # On again: west has consumed everything, so east follows it to the end of the data.
+    for region in world2.cluster.regions:
+        await set_replicated(world2, region, "toggle", True)
+    east_end = await last_data_seq(world2, "toggle", "east")
+
+    async def east_follows() -> bool:
+        return await ack_floor(east, vs, "east", DURABLE) >= east_end
+
+    await wait_until(east_follows, "east's position to follow west again", DEADLINE_S)
+    assert east_floor < east_end
+
+
+async def test_grpc_api_answers_documented_status_codes(world2: World) -> None:
+    vs, west = world2.stream("api"), world2.js("west")
+    await create_durable(west, vs, "west", DURABLE)
+    await publish(west, vs, "west", payloads("api", 1))
+    await consume(west, vs, "west", DURABLE, 1)
+    leader = world2.sidecars["west"]
+
+    async def known() -> bool:
+        return any(s.subscription == DURABLE for s in await leader.list_subscriptions("api"))
+
+    await wait_until(known, "the leader to know the durable", DEADLINE_S)
+
+    async def code_of(port: int | None, call: str, request: object) -> tuple[grpc.StatusCode, str]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stubs = {
+                "GetSubscription": api_pb2_grpc.CursorServiceStub(channel).GetSubscription,
+                "ListSnapshots": api_pb2_grpc.CursorServiceStub(channel).ListSnapshots,
+                "CommitCursor": api_pb2_grpc.CursorServiceStub(channel).CommitCursor,
+                "SetReplicated": api_pb2_grpc.AdminServiceStub(channel).SetReplicated,
+                "TriggerSnapshot": api_pb2_grpc.AdminServiceStub(channel).TriggerSnapshot,
+            }
+            try:
+                await stubs[call](request)
+            except grpc.aio.AioRpcError as err:
+                return err.code(), err.details() or ""
+        return grpc.StatusCode.OK, ""
+
+    get = api_pb2.GetSubscriptionRequest
+    port = leader.grpc_port
+    code, detail = await code_of(port, "GetSubscription", get(stream="", subscription=DURABLE))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and detail.startswith("stream")
+    code, detail = await code_of(port, "GetSubscription", get(stream="api", subscription="a.b"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and detail.startswith("subscription")
+    code, detail = await code_of(
+        port, "CommitCursor", api_pb2.CommitCursorRequest(stream="api", subscription=DURABLE)
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and detail.startswith("subscription")
+    code, _ = await code_of(port, "GetSubscription", get(stream="nope", subscription=DURABLE))
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = await code_of(port, "GetSubscription", get(stream="api", subscription="ghost"))
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = await code_of(port, "ListSnapshots", api_pb2.ListSnapshotsRequest(stream="nope"))
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = await code_of(
+        port,
+        "SetReplicated",
+        api_pb2.SetReplicatedRequest(stream="api", subscription="ghost", replicated=True),
+    )
+    assert code == grpc.StatusCode.NOT_FOUND
+
+    async with world2.sidecars.replica("west", serve=True) as follower:
+        assert not follower.is_leader
+        fport = follower.grpc_port
+
+        async def follower_knows() -> bool:
+            return bool(await follower.list_subscriptions("api"))
+
+        await wait_until(follower_knows, "the follower to know the durable", DEADLINE_S)
+        code, _ = await code_of(fport, "GetSubscription", get(stream="api", subscription=DURABLE))
+        assert code == grpc.StatusCode.OK
+        for call, request in [
+            (
+                "SetReplicated",
+                api_pb2.SetReplicatedRequest(stream="api", subscription=DURABLE, replicated=False),
+            ),
+            ("TriggerSnapshot", api_pb2.TriggerSnapshotRequest(stream="api")),
+            (
+                "CommitCursor",
+                api_pb2.CommitCursorRequest(stream="api", subscription="cursor", sequence=1),
+            ),
+        ]:
+            code, _ = await code_of(fport, call, request)
+            assert code == grpc.StatusCode.FAILED_PRECONDITION, call
+
+
+async def test_malformed_markers_are_counted_skipped_and_change_nothing(world2: World) -> None:
+    vs, west, east = world2.stream("junk"), world2.js("west"), world2.js("east")
+    east_sidecar = world2.sidecars["east"]
+    await create_durable(west, vs, "west", DURABLE)
+    await publish_paced(west, world2.sidecars["west"], vs, payloads("junk", 4), batch=2)
+    await consume(west, vs, "west", DURABLE, 3)
+
+    async def created_in_east() -> bool:
+        return await ack_floor(east, vs, "east", DURABLE) >= 0
+
+    await wait_until(created_in_east, "the durable to be created in east", DEADLINE_S)
+    floor = await ack_floor(east, vs, "east", DURABLE)
+    applied = await applied_from(east_sidecar, vs, DURABLE, "west")
+
+    async def rejected(reason: str) -> float:
+        return await metric(
+            east_sidecar, "rsub_markers_rejected_total", stream="junk", reason=reason
+        )
+
+    before = {r: await rejected(r) for r in ("malformed", "unknown_region")}
+    foreign = Marker("mars", "junk", 1, Request(SnapshotId("mars", 1, 1), 1))
+    for i, data in enumerate([b"\xff\x00garbage", encode(foreign)]):
+        await west.publish(
+            vs.marker_subject("west"),
+            data,
+            stream=vs.write_stream("west"),
+            headers={"Nats-Msg-Id": f"junk-by-hand-{i}"},
+        )
+
+    async def counted() -> bool:
+        return all([await rejected(r) == before[r] + 1 for r in before])
+
+    await wait_until(counted, "east to count both junk markers", DEADLINE_S)
+    assert await ack_floor(east, vs, "east", DURABLE) == floor
+    assert await applied_from(east_sidecar, vs, DURABLE, "west") == applied
+
+    # The sidecars carry on: the next snapshot and update still move east forward.
+    await publish_paced(west, world2.sidecars["west"], vs, payloads("after", 2), batch=2)
+    await consume(west, vs, "west", DURABLE, 3)
+
+    async def moved() -> bool:
+        return await ack_floor(east, vs, "east", DURABLE) > floor
+
+    await wait_until(moved, "east to move after the junk", DEADLINE_S)
+    with pytest.raises(NotFoundError):
+        await east.consumer_info(vs.read_stream("east"), "mars")
