@@ -205,64 +205,94 @@ async def read_chunks(
     first = await _first_data_seq(nc, opts, start + 1) if start < end else None
     if first is None or first > end:
         return
+    collector = _RangeCollector(opts, first, end)
     js = nc.jetstream(timeout=opts.timeout_ms / 1000)
     sub = await js.subscribe(
         opts.data_filter,
         stream=opts.read_stream,
+        cb=collector.on_msg,
         ordered_consumer=True,
         inactive_threshold=_CONSUMER_INACTIVE_S,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first),
         pending_msgs_limit=_PENDING_MSGS_LIMIT,
         pending_bytes_limit=_PENDING_BYTES_LIMIT,
     )
-    timeout = opts.timeout_ms / 1000
-    chunk: list[Msg] = []
     try:
         while True:
-            try:
-                msg = await sub.next_msg(timeout=timeout)
-            except TimeoutError:
-                raise RsubReadError(
-                    f"read stream {opts.read_stream!r}: no message after sequence "
-                    f"{chunk[-1].metadata.sequence.stream if chunk else first - 1} within "
-                    f"{timeout:g}s while reading up to {end}"
-                ) from None
-            meta = msg.metadata
-            seq = meta.sequence.stream
-            if seq > end:
-                break
-            chunk.append(msg)
-            # num_pending == 0: no data message follows, so none is left at or below `end`.
-            if seq >= end or meta.num_pending == 0:
-                break
-            if len(chunk) >= CHUNK_ROWS:
+            chunk, done = await collector.next_chunk()
+            if chunk:
                 yield chunk, bounds
-                chunk = []
-        if chunk:
-            yield chunk, bounds
+            if done:
+                return
     finally:
         await sub.unsubscribe()
+
+
+class _RangeCollector:
+    """Gathers the messages of one range from a subscription callback (no await per message)."""
+
+    def __init__(self, opts: RsubOptions, first: int, end: int) -> None:
+        self._opts = opts
+        self._end = end
+        self._last = first - 1
+        self._buffer: list[Msg] = []
+        self._received = 0
+        self._done = False
+        self._ready = asyncio.Event()
+
+    async def on_msg(self, msg: Msg) -> None:
+        if self._done:
+            return
+        meta = msg.metadata
+        seq = meta.sequence.stream
+        self._received += 1
+        if seq <= self._end:
+            self._buffer.append(msg)
+            self._last = seq
+        # num_pending == 0: no data message follows, so none is left at or below `end`.
+        if seq >= self._end or meta.num_pending == 0:
+            self._done = True
+        if self._done or len(self._buffer) >= CHUNK_ROWS:
+            self._ready.set()
+
+    async def next_chunk(self) -> tuple[list[Msg], bool]:
+        """The messages gathered so far (waiting for a full chunk), and whether all came."""
+        timeout = self._opts.timeout_ms / 1000
+        while not self._done and len(self._buffer) < CHUNK_ROWS:
+            seen = self._received
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout)
+            except TimeoutError:
+                if self._received == seen:
+                    raise RsubReadError(
+                        f"read stream {self._opts.read_stream!r}: no message after sequence "
+                        f"{self._last} within {timeout:g}s while reading up to {self._end}"
+                    ) from None
+        chunk, self._buffer = self._buffer, []
+        return chunk, self._done
 
 
 def iterate_range(
     opts: RsubOptions, start: int, end: int
 ) -> Iterator[tuple[list[Msg], StreamBounds]]:
-    """Synchronous `read_chunks` on a session of its own, closed when the iteration ends."""
-    session = NatsSession(opts)
-    holder: dict[str, AsyncGenerator[tuple[list[Msg], StreamBounds]]] = {}
+    """Synchronous `read_chunks` on a private event loop in the calling thread.
+
+    The loop runs only while a chunk is being read; in between, the server's flow control
+    holds the stream back. One thread, no hand-off: faster in Spark's Python workers.
+    """
+    loop = asyncio.new_event_loop()
     try:
-
-        async def step(nc: NATS) -> tuple[list[Msg], StreamBounds] | None:
-            if "it" not in holder:
-                holder["it"] = read_chunks(nc, opts, start, end)
-            try:
-                return await anext(holder["it"])
-            except StopAsyncIteration:
-                return None
-
-        while (item := session.run(step)) is not None:
-            yield item
+        nc = loop.run_until_complete(connect(opts))
+        chunks = read_chunks(nc, opts, start, end)
+        try:
+            while True:
+                try:
+                    yield loop.run_until_complete(anext(chunks))
+                except StopAsyncIteration:
+                    return
+        finally:
+            loop.run_until_complete(chunks.aclose())
+            loop.run_until_complete(nc.close())
     finally:
-        if "it" in holder:
-            session.run(lambda _: holder["it"].aclose())
-        session.close()
+        loop.close()

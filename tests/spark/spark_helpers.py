@@ -146,11 +146,13 @@ async def publish_orders(
     return out
 
 
-async def wait_sourced(nc: NATS, vstream: VirtualStream, data_count: int) -> int:
+async def wait_sourced(
+    nc: NATS, vstream: VirtualStream, data_count: int, timeout_s: float = 20
+) -> int:
     """Waits until the west read stream holds `data_count` data messages; its last seq."""
     js = nc.jetstream()
     read_stream = vstream.read_stream("west")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + timeout_s
     while True:
         info = await js.stream_info(read_stream, subjects_filter=vstream.data_filter())
         held = sum((info.state.subjects or {}).values())
