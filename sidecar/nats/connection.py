@@ -14,6 +14,7 @@ log and flip `connected`, and call the optional `on_change(connected)` hook.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,7 @@ log = structlog.get_logger(__name__)
 _BACKOFF_START_S = 0.2
 _BACKOFF_MAX_S = 5.0
 _RECONNECT_WAIT_S = 1
+_CLOSE_TIMEOUT_S = 5.0
 
 
 def tls_context(tls: NatsTlsConfig) -> ssl.SSLContext | None:
@@ -134,17 +136,20 @@ class NatsConnection:
             return
 
     async def close(self) -> None:
-        """Flush and close (idempotent)."""
+        """Flush and close (idempotent); gives up on a flush that cannot finish in time."""
         self._closing = True
         for task in (self._attempt, self._reopen):
             if task is not None and not task.done():
                 task.cancel()
-        if self._nc is not None and not self._nc.is_closed:
+        nc = self._nc
+        if nc is not None and not nc.is_closed:
             try:
-                await self._nc.drain()
-            except (TimeoutError, NatsError) as err:
+                await asyncio.wait_for(nc.drain(), _CLOSE_TIMEOUT_S)
+            except (TimeoutError, NatsError, OSError) as err:
+                # Reconnecting or the server is gone: nothing can be flushed any more.
                 log.warning("nats_drain_failed", error=repr(err))
-                await self._nc.close()
+                with contextlib.suppress(NatsError, OSError, asyncio.TimeoutError):
+                    await asyncio.wait_for(nc.close(), _CLOSE_TIMEOUT_S)
         self._set(False)
 
     def _set(self, connected: bool) -> None:

@@ -7,12 +7,16 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import grpc
 import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.backend import SubscriptionView
+from sidecar.api.errors import NotFound, NotLeader, Unavailable
 from sidecar.config import Config
 from sidecar.dev.cluster import LocalSuperCluster
 from sidecar.runtime import Runtime
@@ -48,18 +52,29 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit_s: f
 
 
 @contextlib.asynccontextmanager
-async def sidecars(cluster: LocalSuperCluster) -> AsyncIterator[dict[str, Runtime]]:
+async def sidecars(
+    cluster: LocalSuperCluster, *, serve: bool = False
+) -> AsyncIterator[dict[str, Runtime]]:
+    """A running sidecar per region; `serve` adds their gRPC and HTTP servers."""
     runtimes: dict[str, Runtime] = {}
     try:
         # One after the other: the first applies the topology, the others find it in place.
         for region in cluster.regions:
-            runtime = runtimes[region] = Runtime(sidecar_config(cluster, region))
+            config = sidecar_config(cluster, region)
+            runtime = runtimes[region] = Runtime(config, serve=serve)
             await runtime.start()
             await runtime.wait_ready(60)
         await eventually(all_lead(list(runtimes.values())), "leadership in every region")
         yield runtimes
     finally:
         await asyncio.gather(*(r.stop() for r in runtimes.values()))
+
+
+async def view_of(runtime: Runtime, subscription: str) -> SubscriptionView | None:
+    try:
+        return await runtime.get_subscription(STREAM, subscription)
+    except NotFound:
+        return None
 
 
 def all_lead(runtimes: Sequence[Runtime]) -> Callable[[], Awaitable[bool]]:
@@ -94,11 +109,15 @@ async def replicated_durable(
 
 async def consume(sub: JetStreamContext.PullSubscription, n: int) -> list[bytes]:
     got: list[bytes] = []
-    while len(got) < n:
+
+    async def fetched_all() -> bool:
         with contextlib.suppress(nats.errors.TimeoutError):
-            for msg in await sub.fetch(n - len(got), timeout=2):
+            for msg in await sub.fetch(n - len(got), timeout=1):
                 await msg.ack_sync()
                 got.append(msg.data)
+        return len(got) >= n
+
+    await eventually(fetched_all, f"{n} messages")
     return got
 
 
@@ -123,7 +142,7 @@ async def test_consumption_continues_in_the_other_region_without_loss(
         async def created_in_east() -> bool:
             try:
                 await east.consumer_info(f"{STREAM}-read-east", DURABLE)
-            except NotFoundError:
+            except (NotFoundError, nats.errors.TimeoutError):
                 return False
             return True
 
@@ -150,3 +169,218 @@ async def test_consumption_continues_in_the_other_region_without_loss(
         west_view = await runtimes["west"].get_subscription(STREAM, DURABLE)
         assert west_view.last_snapshot_id is not None
         assert await runtimes["west"].list_snapshots(STREAM)
+
+
+async def test_three_regions_lose_nothing_when_consumption_moves(
+    cluster3: LocalSuperCluster,
+) -> None:
+    async with sidecars(cluster3) as runtimes, clients(cluster3) as conns:
+        js = {r: nc.jetstream() for r, nc in conns.items()}
+        first = {r: [f"{r}-{i}".encode() for i in range(2)] for r in cluster3.regions}
+        for region, payloads in first.items():
+            await publish(js[region], region, payloads)
+        sub_west = await replicated_durable(js["west"], "west")
+        consumed_west = await consume(sub_west, 6)
+
+        for region in ("central", "east"):
+
+            async def created(region: str = region) -> bool:
+                with contextlib.suppress(NotFoundError, nats.errors.TimeoutError):
+                    await js[region].consumer_info(f"{STREAM}-read-{region}", DURABLE)
+                    return True
+                return False
+
+            await eventually(created, f"the durable to be created in {region}")
+
+        later = {r: [f"{r}-later".encode()] for r in cluster3.regions}
+        for region, payloads in later.items():
+            await publish(js[region], region, payloads)
+        sub_east = await js["east"].pull_subscribe_bind(DURABLE, stream=f"{STREAM}-read-east")
+        consumed_east: list[bytes] = []
+        expected = {p for ps in [*first.values(), *later.values()] for p in ps}
+
+        async def east_has_the_rest() -> bool:
+            with contextlib.suppress(nats.errors.TimeoutError):
+                for msg in await sub_east.fetch(10, timeout=0.5):
+                    await msg.ack_sync()
+                    consumed_east.append(msg.data)
+            return set(consumed_west + consumed_east) == expected
+
+        await eventually(east_has_the_rest, "east to receive everything west did not")
+        everything = consumed_west + consumed_east
+        print(f"received {len(everything)}, {len(everything) - len(set(everything))} duplicates")
+        snapshots = await runtimes["west"].list_snapshots(STREAM)
+        assert all(set(s.positions) == {"central", "east"} for s in snapshots)
+
+
+async def test_a_restarted_sidecar_rebuilds_from_its_read_stream(
+    cluster2: LocalSuperCluster,
+) -> None:
+    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+        west = conns["west"].jetstream()
+        sub = await replicated_durable(west, "west")
+        await publish(west, "west", [b"a", b"b", b"c"])
+        await consume(sub, 3)
+        old = runtimes["west"]
+
+        async def update_sent() -> bool:
+            view = await view_of(old, DURABLE)
+            return view is not None and view.last_snapshot_id is not None
+
+        await eventually(update_sent, "an update for the durable")
+        before = {s.id for s in await old.list_snapshots(STREAM)}
+        old_epoch = old.epoch
+        await old.stop()
+
+        new = runtimes["west"] = Runtime(sidecar_config(cluster2, "west"), serve=False)
+        await new.start()
+        await new.wait_ready(60)
+        after = {s.id for s in await new.list_snapshots(STREAM)}
+        assert before <= after
+        # The update markers it wrote itself tell the new sidecar what was sent already.
+        view = await new.get_subscription(STREAM, DURABLE)
+        assert view.last_snapshot_id in after
+        assert view.mark_delete >= 3
+        await eventually(all_lead([new]), "the new sidecar to lead")
+        assert new.epoch > old_epoch
+
+
+async def test_a_follower_serves_reads_refuses_writes_and_takes_over(
+    cluster2: LocalSuperCluster,
+) -> None:
+    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+        west = conns["west"].jetstream()
+        sub = await replicated_durable(west, "west")
+        await publish(west, "west", [b"a"])
+        await consume(sub, 1)
+        follower = Runtime(sidecar_config(cluster2, "west"), serve=False)
+        await follower.start()
+        try:
+            await follower.wait_ready(60)
+            assert not follower.is_leader and follower.readiness.ready
+
+            async def follower_knows_the_durable() -> bool:
+                return await view_of(follower, DURABLE) is not None
+
+            await eventually(follower_knows_the_durable, "the follower to see the durable")
+            with pytest.raises(NotLeader):
+                await follower.commit_cursor(STREAM, "spark", 1)
+
+            leader = runtimes["west"]
+            old_epoch = leader.epoch
+            await leader.stop()
+            await eventually(all_lead([follower]), "the follower to take over")
+            assert follower.epoch > old_epoch
+
+            # The new leader snapshots with its own epoch.
+            await publish(west, "west", [b"b"])
+            await consume(sub, 1)
+
+            async def new_epoch_snapshot() -> bool:
+                snapshots = await follower.list_snapshots(STREAM)
+                return any(s.id.startswith(f"west-{follower.epoch}-") for s in snapshots)
+
+            await eventually(new_epoch_snapshot, "a snapshot of the new leader")
+        finally:
+            await follower.stop()
+
+
+async def test_malformed_markers_are_counted_and_skipped(cluster2: LocalSuperCluster) -> None:
+    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+        east = conns["east"].jetstream()
+        for i, junk in enumerate([b"\xff\x00garbage", b""]):
+            await east.publish(
+                f"_rsub.{STREAM}.marker.east",
+                junk,
+                stream=f"{STREAM}-write-east",
+                headers={"Nats-Msg-Id": f"junk-{i}"},
+            )
+        metrics = runtimes["west"].metrics.registry
+
+        def rejected() -> float:
+            return sum(
+                metrics.get_sample_value(
+                    "rsub_markers_rejected_total", {"stream": STREAM, "reason": reason}
+                )
+                or 0.0
+                for reason in ("malformed", "missing_field")
+            )
+
+        async def both_counted() -> bool:
+            return rejected() == 2
+
+        await eventually(both_counted, "the junk markers to be counted in west")
+        # The sidecar carries on: a replicated durable still gets snapshots.
+        west = conns["west"].jetstream()
+        sub = await replicated_durable(west, "west")
+        await publish(west, "west", [b"x"])
+        await consume(sub, 1)
+
+        async def snapshot_taken() -> bool:
+            return bool(await runtimes["west"].list_snapshots(STREAM))
+
+        await eventually(snapshot_taken, "a snapshot after the junk")
+
+
+async def test_external_cursor_committed_over_grpc_is_replicated(
+    cluster2: LocalSuperCluster,
+) -> None:
+    async with sidecars(cluster2, serve=True) as runtimes, clients(cluster2) as conns:
+        west = conns["west"].jetstream()
+        await publish(west, "west", [b"a", b"b"])
+        west_port, east_port = runtimes["west"].grpc_port, runtimes["east"].grpc_port
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{west_port}") as west_channel,
+            grpc.aio.insecure_channel(f"127.0.0.1:{east_port}") as east_channel,
+        ):
+            west_api = api_pb2_grpc.CursorServiceStub(west_channel)
+            east_api = api_pb2_grpc.CursorServiceStub(east_channel)
+
+            async def east_has_the_cursor() -> bool:
+                # The Spark source commits everything it read: the read stream's end.
+                last = (await west.stream_info(f"{STREAM}-read-west")).state.last_seq
+                await west_api.CommitCursor(
+                    api_pb2.CommitCursorRequest(stream=STREAM, subscription="spark", sequence=last)
+                )
+                try:
+                    state = await east_api.GetSubscription(
+                        api_pb2.GetSubscriptionRequest(stream=STREAM, subscription="spark")
+                    )
+                except grpc.aio.AioRpcError:
+                    return False
+                return bool(state.kind == "external" and state.mark_delete > 0)
+
+            await eventually(east_has_the_cursor, "the cursor to reach east")
+            backwards = await west_api.CommitCursor(
+                api_pb2.CommitCursorRequest(stream=STREAM, subscription="spark", sequence=1)
+            )
+            assert backwards.mark_delete > 1
+
+
+async def test_lost_connection_is_reported_and_recovered(cluster2: LocalSuperCluster) -> None:
+    async with sidecars(cluster2) as runtimes:
+        west = runtimes["west"]
+        await cluster2.stop_region("west")
+
+        async def disconnected() -> bool:
+            return not west.readiness.ready
+
+        await eventually(disconnected, "west to report the lost connection")
+        assert west.metrics.registry.get_sample_value("rsub_nats_connected") == 0
+        with pytest.raises(Unavailable):
+            await west.commit_cursor(STREAM, "spark", 1)
+        status = await west.status()
+        assert not status.connected
+
+        await cluster2.start_region("west")
+
+        async def recovered() -> bool:
+            # JetStream needs a moment after the restart: until then writes are UNAVAILABLE.
+            try:
+                return await west.commit_cursor(STREAM, "spark", 1) == 1
+            except (Unavailable, NotLeader):
+                return False
+
+        await eventually(recovered, "west to reconnect, lead and store a cursor again")
+        assert west.readiness.ready
+        assert west.metrics.registry.get_sample_value("rsub_nats_connected") == 1
