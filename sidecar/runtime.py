@@ -235,17 +235,20 @@ class Runtime:
         await asyncio.wait_for(self._ready.wait(), timeout_s)
 
     async def stop(self) -> None:
-        """Stop serving, stop the tasks, give the lease up, flush and close the connection."""
+        """Stop serving, stop the tasks, give the lease up, flush and close (idempotent)."""
         if self._grpc is not None:
             await self._grpc.stop(_STOP_GRACE_S)
+            self._grpc = None
         if self._http is not None:
             await self._http.stop()
+            self._http = None
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         if self._lease is not None and self._conn.connected:
             await self._lease.release()
+        self._lease = None
         await self._conn.close()
         log.info("runtime_stopped", region=self.region, holder=self.holder)
 
