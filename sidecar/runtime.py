@@ -400,16 +400,7 @@ class Runtime:
                 async with contextlib.aclosing(tail):
                     async for stored in tail:
                         st.tail_seq = stored.seq
-                        decoded = self._decode(st, stored)
-                        if isinstance(decoded, Marker):
-                            job = partial(
-                                StreamMachine.marker_seen, read_seq=stored.seq, marker=decoded
-                            )
-                        else:
-                            job = partial(
-                                StreamMachine.marker_rejected, read_seq=stored.seq, rejected=decoded
-                            )
-                        st.jobs.put_nowait(_Job(job))
+                        st.jobs.put_nowait(_Job(_marker_job(stored.seq, self._decode(st, stored))))
                 log.warning("marker_tail_ended", stream=vs.name, last_seq=st.tail_seq)
             except (TimeoutError, NatsError, OSError) as err:
                 log.warning("marker_tail_failed", stream=vs.name, error=repr(err))
@@ -779,6 +770,20 @@ class Runtime:
                 )
             )
         return links
+
+
+def _marker_job(seq: int, decoded: Marker | Rejected) -> Input:
+    """The machine's input for one tailed marker, preceded by a tick with the time it was seen
+    (the machine records the last tick's time: completions are stamped when they happen)."""
+    seen_ms = now_ms()
+
+    def apply(machine: StreamMachine) -> list[Output]:
+        out = machine.tick(seen_ms)
+        if isinstance(decoded, Marker):
+            return out + machine.marker_seen(seq, decoded)
+        return out + machine.marker_rejected(seq, decoded)
+
+    return apply
 
 
 def _consumer_config(raw: bytes) -> dict[str, Any] | None:

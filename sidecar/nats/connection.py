@@ -162,7 +162,10 @@ class NatsConnection:
         log.warning("nats_error", error=repr(err))
 
     async def _on_disconnected(self) -> None:
-        log.warning("nats_disconnected")
+        if self._closing:
+            log.info("nats_disconnected", closing=True)
+        else:
+            log.warning("nats_disconnected")
         self._set(False)
 
     async def _on_reconnected(self) -> None:
