@@ -41,7 +41,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -651,7 +651,7 @@ class Runtime:
 
     async def watch_subscription(
         self, stream: str, subscription: str
-    ) -> AsyncIterator[views.SubscriptionView]:
+    ) -> AsyncGenerator[views.SubscriptionView, None]:
         st, _ = self._stream(stream)
         last = self._subscription(stream, subscription)
         yield last

@@ -384,3 +384,51 @@ async def test_lost_connection_is_reported_and_recovered(cluster2: LocalSuperClu
         await eventually(recovered, "west to reconnect, lead and store a cursor again")
         assert west.readiness.ready
         assert west.metrics.registry.get_sample_value("rsub_nats_connected") == 1
+
+
+async def test_backend_status_watch_and_set_replicated(cluster2: LocalSuperCluster) -> None:
+    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+        west_rt = runtimes["west"]
+        west = conns["west"].jetstream()
+        await west.add_consumer(
+            f"{STREAM}-read-west", durable_name="plain", filter_subject=f"{STREAM}.>"
+        )
+
+        async def plain_known() -> bool:
+            return await view_of(west_rt, "plain") is not None
+
+        await eventually(plain_known, "the plain durable to be listed")
+        assert not (await west_rt.get_subscription(STREAM, "plain")).replicated
+        view = await west_rt.set_replicated(STREAM, "plain", True)
+        assert view.replicated
+        info = await west.consumer_info(f"{STREAM}-read-west", "plain")
+        assert info.config.metadata is not None
+        assert info.config.metadata["rsub.replicate"] == "true"
+        with pytest.raises(NotFound):
+            await west_rt.set_replicated(STREAM, "missing", True)
+        with pytest.raises(NotFound):
+            await west_rt.get_subscription("nope", "plain")
+
+        await west_rt.commit_cursor(STREAM, "spark", 0)
+        watch = west_rt.watch_subscription(STREAM, "spark")
+        first = await anext(watch)
+        assert (first.kind, first.mark_delete) == ("external", 0)
+        await publish(west, "west", [b"a"])
+        assert await west_rt.commit_cursor(STREAM, "spark", 1) == 1
+        second = await asyncio.wait_for(anext(watch), 10)
+        assert second.mark_delete == 1
+        await watch.aclose()
+
+        async def links_active() -> bool:
+            status = await west_rt.status()
+            [stream] = status.streams
+            return {(s.origin_region, s.active) for s in stream.sources} == {
+                ("west", True),
+                ("east", True),
+            }
+
+        await eventually(links_active, "both sources of the west read stream to be active")
+        status = await west_rt.status()
+        assert (status.region, status.leader, status.connected) == ("west", True, True)
+        assert status.epoch == west_rt.epoch > 0
+        assert status.streams[0].replicated_subscriptions == 2
