@@ -432,3 +432,6 @@ async def test_backend_status_watch_and_set_replicated(cluster2: LocalSuperClust
         assert (status.region, status.leader, status.connected) == ("west", True, True)
         assert status.epoch == west_rt.epoch > 0
         assert status.streams[0].replicated_subscriptions == 2
+        # Lease and cursors live in a KV bucket placed in the region itself.
+        kv_info = await west.stream_info("KV_rsub-leases-west")
+        assert kv_info.cluster is not None and kv_info.cluster.name == "west"
