@@ -1,0 +1,317 @@
+"""Least privilege: the sidecar runs with exactly the permissions docs/security.md documents.
+
+The permission blocks are read from the page (`permission_blocks`), so the page and the
+test cannot drift apart. On a real two-region super-cluster whose servers get those users
+(written into the servers' configuration and reloaded), both sidecars run as their
+restricted users, the application runs as the documented application user, and a
+replicated durable consumed in west is created in east and later moved forward there.
+No permission violation may appear. A sidecar lacking one documented permission does not
+become ready and logs which subject it was refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import nats
+import nats.errors
+import pytest
+import structlog
+from nats.aio.client import Client
+from nats.js import JetStreamContext, api
+from nats.js.errors import NotFoundError
+from permission_blocks import APP_BLOCK, SIDECAR_BLOCK, UserBlock, block_text, parse_user
+
+from sidecar.config import Config
+from sidecar.dev.cluster import LocalSuperCluster, find_nats_server
+from sidecar.dev.ports import HOST, free_ports
+
+if TYPE_CHECKING:
+    from sidecar.runtime import Runtime
+
+runtime = pytest.importorskip(
+    "sidecar.runtime", reason="sidecar.runtime (the Runtime class) is not importable"
+)
+
+pytestmark = pytest.mark.integration
+
+STREAM = "orders"
+DURABLE = "app"
+ADMIN = ("admin", "admin-pw")
+# The client is told `Permissions Violation for Publish to "<subject>"`; the server logs
+# `Publish Violation - Subject "<subject>"` (or `Subscription Violation - ...`).
+CLIENT_VIOLATION = "Permissions Violation"
+SERVER_VIOLATION = " Violation - "
+
+
+def password_of(user: str) -> str:
+    return f"pw-{user}"
+
+
+def sidecar_user(region: str) -> UserBlock:
+    return parse_user(SIDECAR_BLOCK).for_region(region)
+
+
+def app_user(region: str) -> UserBlock:
+    return parse_user(APP_BLOCK).for_region(region)
+
+
+# ---- the documented blocks are valid nats-server configuration ---------------------------
+
+
+def test_documented_blocks_are_valid_server_configuration(tmp_path: Path) -> None:
+    port = free_ports(1)[0]
+    conf = tmp_path / "check.conf"
+    conf.write_text(
+        f"listen: {HOST}:{port}\n"
+        + block_text(SIDECAR_BLOCK).replace(
+            "users = [", "users = [\n" + block_text(APP_BLOCK) + "\n", 1
+        )
+    )
+    env = {
+        **os.environ,
+        "RSUB_WEST_NATS_PASSWORD": "x",
+        "ORDERS_APP_WEST_PASSWORD": "y",
+    }
+    result = subprocess.run(
+        [str(find_nats_server()), "-t", "-c", str(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_blocks_grant_markers_and_lease_only_to_the_sidecar() -> None:
+    sidecar, app = sidecar_user("west"), app_user("west")
+    assert "_rsub.orders.marker.west" in sidecar.publish_allow
+    assert not [s for s in sidecar.publish_allow if "east" in s and "STREAM" not in s]
+    assert not [s for s in app.publish_allow if s.startswith(("_rsub", "$KV"))]
+    assert {"_rsub.>", "$KV.rsub-leases-west.>"} <= set(app.publish_deny)
+
+
+# ---- a super-cluster with users ------------------------------------------------------------
+
+
+async def restrict(cluster: LocalSuperCluster, users: list[UserBlock]) -> None:
+    """Give every server the users (plus an unrestricted admin) and reload them."""
+    authorization = {
+        "users": [
+            {"user": ADMIN[0], "password": ADMIN[1]},
+            *(u.server_user(password_of(u.user)) for u in users),
+        ]
+    }
+    for path in sorted(cluster.directory.glob("*.conf")):
+        config = json.loads(path.read_text())
+        config["authorization"] = authorization
+        path.write_text(json.dumps(config, indent=2) + "\n")
+    for pid in cluster.pids():
+        os.kill(pid, signal.SIGHUP)
+    for region in cluster.regions:
+        await _wait_auth_required(cluster.servers(region))
+
+
+async def _wait_auth_required(servers: list[str]) -> None:
+    for _ in range(100):
+        try:
+            nc = await nats.connect(
+                servers, allow_reconnect=False, connect_timeout=1, error_cb=_quiet
+            )
+        except (nats.errors.Error, OSError, TimeoutError):
+            return
+        await nc.close()
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{servers}: the reload did not turn authorization on")
+
+
+async def _quiet(error: Exception) -> None:
+    """An expected refusal: not worth nats-py's default traceback."""
+
+
+def sidecar_config(cluster: LocalSuperCluster, region: str, user: str) -> Config:
+    return Config.from_mapping(
+        {
+            "region": region,
+            "regions": list(cluster.regions),
+            "nats": {
+                "servers": cluster.servers(region),
+                "user": user,
+                "password": password_of(user),
+            },
+            "streams": [{"name": STREAM}],
+            "snapshot": {"interval_ms": 200, "timeout_s": 5},
+            "lease": {"ttl_s": 3},
+        }
+    )
+
+
+def new_runtime(cluster: LocalSuperCluster, region: str, user: str) -> Runtime:
+    made: Runtime = runtime.Runtime(sidecar_config(cluster, region, user), serve=False)
+    return made
+
+
+@contextlib.asynccontextmanager
+async def connect_as(
+    cluster: LocalSuperCluster, region: str, user: str, password: str
+) -> AsyncIterator[Client]:
+    nc = await nats.connect(cluster.servers(region), user=user, password=password)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit_s: float = 60) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def violations(cluster: LocalSuperCluster) -> list[str]:
+    return [
+        line
+        for path in sorted(cluster.directory.glob("*.log"))
+        for line in path.read_text(errors="replace").splitlines()
+        if SERVER_VIOLATION in line
+    ]
+
+
+async def consume(js: JetStreamContext, stream: str, n: int) -> list[bytes]:
+    sub = await js.pull_subscribe_bind(DURABLE, stream=stream)
+    got: list[bytes] = []
+    while len(got) < n:
+        with contextlib.suppress(nats.errors.TimeoutError):
+            for msg in await sub.fetch(n - len(got), timeout=2):
+                await msg.ack_sync()
+                got.append(msg.data)
+    await sub.unsubscribe()
+    return got
+
+
+async def publish(js: JetStreamContext, payloads: list[bytes]) -> None:
+    for data in payloads:
+        await js.publish(f"{STREAM}.west.item", data, stream=f"{STREAM}-write-west")
+
+
+# ---- the scenario ------------------------------------------------------------------------
+
+
+async def test_restricted_sidecars_replicate_a_durable(cluster2: LocalSuperCluster) -> None:
+    west_user, east_user = sidecar_user("west"), sidecar_user("east")
+    west_app, east_app = app_user("west"), app_user("east")
+    await restrict(cluster2, [west_user, east_user, west_app, east_app])
+    runtimes: dict[str, Runtime] = {}
+    try:
+        for region, user in (("west", west_user), ("east", east_user)):
+            runtimes[region] = new_runtime(cluster2, region, user.user)
+            await runtimes[region].start()
+            await runtimes[region].wait_ready(60)
+
+        async def both_lead() -> bool:
+            return all(r.is_leader for r in runtimes.values())
+
+        await eventually(both_lead, "leadership in both regions")
+        async with (
+            connect_as(cluster2, "west", west_app.user, password_of(west_app.user)) as west_nc,
+            connect_as(cluster2, "east", east_app.user, password_of(east_app.user)) as east_nc,
+            connect_as(cluster2, "east", *ADMIN) as admin_east,
+        ):
+            west, east, admin = west_nc.jetstream(), east_nc.jetstream(), admin_east.jetstream()
+            read_west, read_east = f"{STREAM}-read-west", f"{STREAM}-read-east"
+            await west.add_consumer(
+                read_west,
+                durable_name=DURABLE,
+                filter_subject=f"{STREAM}.>",
+                ack_policy=api.AckPolicy.EXPLICIT,
+                metadata={"rsub.replicate": "true"},
+            )
+            batch = [f"m{i}".encode() for i in range(6)]
+            await publish(west, batch[:3])
+            assert await consume(west, read_west, 3) == batch[:3]
+
+            async def created_in_east() -> bool:
+                with contextlib.suppress(NotFoundError):
+                    await admin.consumer_info(read_east, DURABLE)
+                    return True
+                return False
+
+            await eventually(created_in_east, "the durable to be created in east")
+            created_floor = (await admin.consumer_info(read_east, DURABLE)).ack_floor
+            assert created_floor is not None
+
+            await publish(west, batch[3:])
+            assert await consume(west, read_west, 3) == batch[3:]
+            last_data = await admin.get_last_msg(read_east, f"{STREAM}.item")
+
+            async def moved_past_the_batch() -> bool:
+                info = await admin.consumer_info(read_east, DURABLE)
+                return info.ack_floor is not None and info.ack_floor.stream_seq >= last_data.seq
+
+            await eventually(moved_past_the_batch, "the durable to move forward in east")
+            moved = (await admin.consumer_info(read_east, DURABLE)).ack_floor
+            assert moved is not None and moved.stream_seq > created_floor.stream_seq
+
+            # The application continues in east as its own restricted user: nothing old.
+            await publish(west, [b"after-failover"])
+            assert await consume(east, read_east, 1) == [b"after-failover"]
+
+            # Restart west: the replay of stored markers and the cleanup run as the user too.
+            await runtimes.pop("west").stop()
+            runtimes["west"] = new_runtime(cluster2, "west", west_user.user)
+            await runtimes["west"].start()
+            await runtimes["west"].wait_ready(60)
+            await eventually(both_lead, "west to lead again")
+            # External cursors live in the lease bucket; SetReplicated updates a consumer.
+            assert await runtimes["west"].commit_cursor(STREAM, "spark", 2) == 2
+            view = await runtimes["west"].set_replicated(STREAM, DURABLE, True)
+            assert view.replicated
+    finally:
+        await asyncio.gather(*(r.stop() for r in runtimes.values()))
+    assert violations(cluster2) == []
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        "$JS.API.STREAM.INFO.orders-write-west",  # the first call of the topology step
+        "$JS.API.STREAM.CREATE.KV_rsub-leases-west",  # the lease bucket
+        "$JS.API.CONSUMER.CREATE.orders-read-west",  # the marker replay
+    ],
+)
+async def test_a_missing_permission_is_named_at_start(
+    cluster2: LocalSuperCluster, missing: str
+) -> None:
+    cluster = cluster2
+    lacking = sidecar_user("west").without(missing)
+    await restrict(cluster, [lacking])
+    sidecar = new_runtime(cluster, "west", lacking.user)
+    with structlog.testing.capture_logs() as events:
+        await sidecar.start()
+        try:
+            with pytest.raises(TimeoutError):
+                await sidecar.wait_ready(8)
+        finally:
+            await sidecar.stop()
+    assert not sidecar.readiness.ready
+    refused = f'{CLIENT_VIOLATION} for Publish to "{missing}"'
+    # nats-py lower-cases the server's error text, subject included.
+    named = [e for e in events if refused.lower() in str(e.get("error")).lower()]
+    assert named, _warnings(events)
+    assert named[0]["log_level"] == "warning"
+    assert any(f'Publish Violation - Subject "{missing}"' in line for line in violations(cluster))
+
+
+def _warnings(events: list[MutableMapping[str, Any]]) -> list[str]:
+    return [str(e) for e in events if e["log_level"] in ("warning", "error")][:10]
