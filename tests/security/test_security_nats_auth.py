@@ -201,6 +201,9 @@ async def test_wrong_credentials_never_connect_and_say_why(case: AuthCase, tmp_p
     assert not [e for e in events if e["event"] in ("nats_connected", "nats_reconnected")]
     problems = [e for e in events if e["log_level"] in ("warning", "error")]
     assert any(case.error in str(e.get("error")) for e in problems), problems
+    # Secrets never reach the logs, not even the rejected ones.
+    for secret in (case.bad.get("password"), case.bad.get("token")):
+        assert secret is None or secret not in str(events)
     # A clear line, not a traceback dump.
     assert not [e for e in events if e.get("exc_info")], events
     assert "Traceback" not in "".join(str(e) for e in events)

@@ -267,6 +267,10 @@ async def test_restricted_sidecars_replicate_a_durable(cluster2: LocalSuperClust
             await publish(west, [b"after-failover"])
             assert await consume(east, read_east, 1) == [b"after-failover"]
 
+            # The application cannot forge a marker (it would move durables everywhere).
+            with pytest.raises(nats.errors.TimeoutError):
+                await west.publish(f"_rsub.{STREAM}.marker.west", b"forged", timeout=1)
+
             # Restart west: the replay of stored markers and the cleanup run as the user too.
             await runtimes.pop("west").stop()
             runtimes["west"] = new_runtime(cluster2, "west", west_user.user)
@@ -279,7 +283,10 @@ async def test_restricted_sidecars_replicate_a_durable(cluster2: LocalSuperClust
             assert view.replicated
     finally:
         await asyncio.gather(*(r.stop() for r in runtimes.values()))
-    assert violations(cluster2) == []
+    # The only refusal is the forged marker: the sidecars never hit a missing permission.
+    refused = violations(cluster2)
+    forged = f'"$G/user:{west_app.user}" - Publish Violation - Subject "_rsub.{STREAM}.marker.west"'
+    assert refused and all(forged in line for line in refused), refused
 
 
 @pytest.mark.parametrize(
