@@ -49,6 +49,7 @@ DEFAULT_STREAMS = ("orders",)
 READY_TIMEOUT_S = 60.0
 _POLL_S = 0.05
 _READ_WAIT_S = 10.0
+_START_ATTEMPTS = 3
 
 
 async def wait_until(
@@ -281,16 +282,10 @@ class SidecarProcess:
     """`rsub run --config` in a child process (killed with the parent); logs in `workdir`."""
 
     def __init__(self, settings: Mapping[str, Any], workdir: Path) -> None:
-        grpc_port, http_port = free_ports(2)
         self.region = str(settings["region"])
-        self.settings = {
-            **settings,
-            "grpc": {**settings.get("grpc", {}), "listen": f"{HOST}:{grpc_port}"},
-            "http": {**settings.get("http", {}), "listen": f"{HOST}:{http_port}"},
-            "log": {**settings.get("log", {}), "format": "json"},
-        }
+        self.settings = {**settings, "log": {**settings.get("log", {}), "format": "json"}}
         Config.from_mapping(self.settings)  # refuse a bad configuration here, not in the child
-        self.grpc_port, self.http_port = grpc_port, http_port
+        self.grpc_port = self.http_port = 0
         self.workdir = Path(workdir)
         self.config_path = self.workdir / f"sidecar-{self.region}.yaml"
         self.log_path = self.workdir / f"sidecar-{self.region}.log"
@@ -307,27 +302,49 @@ class SidecarProcess:
         return self._proc is not None and self._proc.poll() is None
 
     async def start(self) -> None:
+        """Spawn it and wait until it serves HTTP (readiness comes later: `wait_ready`).
+
+        Ports are chosen free but released before the child binds them; when another process
+        took one in between, start again on new ports.
+        """
         if self.running:
             raise RuntimeError(f"sidecar of {self.region!r} is already running")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(yaml.safe_dump(self.settings, sort_keys=False))
-        argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(self.config_path)]
-        self._proc = spawn_process(argv, self.log_path, detached=False)
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            self.grpc_port, self.http_port = free_ports(2)
+            settings = {
+                **self.settings,
+                "grpc": {**self.settings.get("grpc", {}), "listen": f"{HOST}:{self.grpc_port}"},
+                "http": {**self.settings.get("http", {}), "listen": f"{HOST}:{self.http_port}"},
+            }
+            self.config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
+            argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(self.config_path)]
+            self._proc = spawn_process(argv, self.log_path, detached=False)
+            try:
+                await self._wait_http("/healthz", lambda status: True, READY_TIMEOUT_S)
+                return
+            except RuntimeError:
+                taken = "cannot listen" in self.log_path.read_text(errors="replace")
+                if not taken or attempt == _START_ATTEMPTS:
+                    raise
 
     async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until its /readyz answers 200 (connected, topology applied, leadership known)."""
-        url = f"http://{HOST}:{self.http_port}/readyz"
+        await self._wait_http("/readyz", lambda status: status == 200, timeout_s)
+
+    async def _wait_http(self, path: str, accept: Callable[[int], bool], timeout_s: float) -> None:
+        url = f"http://{HOST}:{self.http_port}{path}"
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
 
-            async def ready() -> bool:
+            async def answered() -> bool:
                 if not self.running:
                     raise RuntimeError(f"sidecar of {self.region!r} exited; see {self.log_path}")
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                     async with http.get(url) as resp:
-                        return resp.status == 200
+                        return accept(resp.status)
                 return False
 
-            await wait_until(ready, f"the {self.region} sidecar process to be ready", timeout_s)
+            await wait_until(answered, f"{url} of the {self.region} sidecar process", timeout_s)
 
     async def metrics_text(self) -> str:
         async with (
