@@ -486,10 +486,30 @@ class LocalSuperCluster:
                     if problem:
                         break
                 if not problem:
+                    problem = await self._meta_problem(http)
+                if not problem:
                     return
                 if time.monotonic() > deadline:
                     raise ClusterError(f"cluster not ready after {timeout}s: {problem}")
                 await asyncio.sleep(0.1)
+
+    async def _meta_problem(self, http: aiohttp.ClientSession) -> str:
+        """Why the meta leader does not yet count every running server as a current peer
+        (until it does, placing a replicated stream can fail with "no suitable peers")."""
+        running = {spec.name: spec for spec in self._running_specs()}
+        try:
+            first = next(iter(running.values()))
+            async with http.get(f"{first.monitor_url}/jsz") as resp:
+                leader = ((await resp.json()).get("meta_cluster") or {}).get("leader")
+            if leader not in running:
+                return f"meta leader {leader} is not a running server"
+            async with http.get(f"{running[leader].monitor_url}/jsz") as resp:
+                meta = (await resp.json()).get("meta_cluster") or {}
+        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, StopIteration) as exc:
+            return f"meta group not readable: {exc!r}"
+        current = {r.get("name") for r in meta.get("replicas") or [] if r.get("current")}
+        behind = sorted(set(running) - current - {leader})
+        return f"meta leader {leader} does not see {behind} as current" if behind else ""
 
     async def _server_problem(self, http: aiohttp.ClientSession, spec: ServerSpec) -> str:
         """Why `spec` is not ready yet, or "" if it is."""
