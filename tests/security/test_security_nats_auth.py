@@ -9,7 +9,6 @@ one-line warning naming the cause, never a traceback, and never a connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,24 +179,40 @@ async def test_mode_connects_and_jetstream_works(case: AuthCase, tmp_path: Path)
             await conn.close()
 
 
-async def _attempt_with_bad_settings(
-    case: AuthCase, tmp_path: Path
-) -> tuple[NatsConnection, list[MutableMapping[str, Any]], str]:
-    """Try to connect with the bad settings for a short while; return the log events."""
+@dataclass
+class Attempt:
+    connected: bool
+    raised: Exception | None
+    events: list[MutableMapping[str, Any]]
+    server_log: str
+
+
+async def _attempt_with_bad_settings(case: AuthCase, tmp_path: Path) -> Attempt:
+    """Try to connect with the bad settings for a short while; return what happened."""
+    raised: Exception | None = None
     async with LoneServer(tmp_path / "server", case.server, scheme=case.scheme) as server:
         conn = NatsConnection(sidecar_config(server.url, case.bad).nats, name="rsub-security")
         with structlog.testing.capture_logs() as events:
             try:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(conn.connect(), _FAIL_BUDGET_S)
+                await asyncio.wait_for(conn.connect(), _FAIL_BUDGET_S)
+            except TimeoutError:
+                pass  # still retrying
+            except Exception as exc:  # failing fast is fine if it says why (checked below)
+                raised = exc
             finally:
+                connected = conn.connected
                 await conn.close()
-        return conn, events, server.log_text()
+        return Attempt(connected, raised, events, server.log_text())
 
 
 async def test_wrong_credentials_never_connect_and_say_why(case: AuthCase, tmp_path: Path) -> None:
-    conn, events, server_log = await _attempt_with_bad_settings(case, tmp_path)
-    assert not conn.connected
+    attempt = await _attempt_with_bad_settings(case, tmp_path)
+    events, server_log = attempt.events, attempt.server_log
+    assert not attempt.connected
+    if attempt.raised is not None:
+        assert case.error.lower().replace("_", " ") in str(attempt.raised).lower().replace(
+            "_", " "
+        ), attempt.raised
     assert not [e for e in events if e["event"] in ("nats_connected", "nats_reconnected")]
     problems = [e for e in events if e["log_level"] in ("warning", "error")]
     assert any(case.error in str(e.get("error")) for e in problems), problems
