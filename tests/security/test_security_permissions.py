@@ -308,7 +308,7 @@ async def test_a_missing_permission_is_named_at_start(
         await sidecar.start()
         try:
             with pytest.raises(TimeoutError):
-                await sidecar.wait_ready(8)
+                await sidecar.wait_ready(5)
         finally:
             await sidecar.stop()
     assert not sidecar.readiness.ready
