@@ -59,7 +59,10 @@ def _existing(spark: SparkSession, table: str) -> DataFrame | None:
 def append_new_orders(batch: DataFrame, table: str) -> int:
     """Appends the orders of `batch` not yet in `table` (by origin); returns how many."""
     spark = batch.sparkSession
-    fresh = batch.where(F.col("origin_region").isNotNull()).dropDuplicates(list(KEY_COLUMNS))
+    # Read the source once, however many times the plan below looks at the batch.
+    fresh = (
+        batch.where(F.col("origin_region").isNotNull()).dropDuplicates(list(KEY_COLUMNS)).persist()
+    )
     existing = _existing(spark, table)
     if existing is not None:
         # Only the part of the table the batch can collide with (Parquet skips the rest).
@@ -70,13 +73,15 @@ def append_new_orders(batch: DataFrame, table: str) -> int:
             .where(F.col("origin_sequence") >= F.col("lowest"))
             .select(*KEY_COLUMNS)
         )
-        fresh = fresh.join(known, list(KEY_COLUMNS), "left_anti")
-    fresh = fresh.persist()
+        new = fresh.join(known, list(KEY_COLUMNS), "left_anti").persist()
+    else:
+        new = fresh
     try:
-        count = fresh.count()
+        count = new.count()
         if count:
-            fresh.write.mode("append").parquet(table)
+            new.write.mode("append").parquet(table)
     finally:
+        new.unpersist()
         fresh.unpersist()
     return count
 

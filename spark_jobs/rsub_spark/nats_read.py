@@ -9,10 +9,12 @@ retries and checkpoint restarts exact.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import nats
@@ -24,11 +26,15 @@ from nats.js.errors import NotFoundError
 
 from sidecar.nats.names import NamingError, VirtualStream
 from spark_jobs.rsub_spark.options import DEFAULT_WRITE_STREAM_PATTERN, RsubOptions
+from spark_jobs.rsub_spark.rows import Record, rfc3339_micros
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 CHUNK_ROWS = 8192
+_DIRECT_BATCH = 4096
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 # Ephemeral ordered consumers of finished reads disappear after this long.
 _CONSUMER_INACTIVE_S = 2.0
 _PENDING_MSGS_LIMIT = 1_000_000
@@ -47,6 +53,7 @@ class RsubDataLossError(RsubReadError):
 class StreamBounds:
     first_seq: int
     last_seq: int
+    allow_direct: bool
     # Origin regions by write stream, taken from the read stream's sources.
     origins: VirtualStream | None
 
@@ -155,7 +162,12 @@ async def stream_bounds(nc: NATS, opts: RsubOptions) -> StreamBounds:
             f"{','.join(opts.servers)}"
         ) from None
     state = info.state
-    return StreamBounds(state.first_seq, state.last_seq, _origins(opts, info.config.sources))
+    return StreamBounds(
+        state.first_seq,
+        state.last_seq,
+        bool(info.config.allow_direct),
+        _origins(opts, info.config.sources),
+    )
 
 
 def clip_to_bounds(opts: RsubOptions, start: int, end: int, bounds: StreamBounds) -> int:
@@ -195,17 +207,120 @@ async def _first_data_seq(nc: NATS, opts: RsubOptions, from_seq: int) -> int | N
 
 async def read_chunks(
     nc: NATS, opts: RsubOptions, start: int, end: int
-) -> AsyncGenerator[tuple[list[Msg], StreamBounds]]:
-    """Yields the data messages with start < seq <= end in order, in lists of <= CHUNK_ROWS."""
+) -> AsyncGenerator[tuple[list[Record], StreamBounds]]:
+    """Yields the data messages with start < seq <= end in order, in lists of ~CHUNK_ROWS.
+
+    Streams that allow direct get are read with batched direct gets: no consumer, so reads
+    also work in a region cut off from the super-cluster's meta leader. Other streams are
+    read with an ephemeral ordered consumer.
+    """
     if end <= start:
         return
     bounds = await stream_bounds(nc, opts)
     start = clip_to_bounds(opts, start, end, bounds)
     end = min(end, bounds.last_seq)
-    first = await _first_data_seq(nc, opts, start + 1) if start < end else None
-    if first is None or first > end:
+    if start >= end:
         return
-    collector = _RangeCollector(opts, first, end)
+    chunks = _direct_chunks if bounds.allow_direct else _consumer_chunks
+    async for chunk in chunks(nc, opts, start + 1, end):
+        yield chunk, bounds
+
+
+async def _direct_chunks(
+    nc: NATS, opts: RsubOptions, first: int, end: int
+) -> AsyncGenerator[list[Record]]:
+    collector = _DirectCollector(opts, first, end)
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(
+        inbox,
+        cb=collector.on_msg,
+        pending_msgs_limit=_PENDING_MSGS_LIMIT,
+        pending_bytes_limit=_PENDING_BYTES_LIMIT,
+    )
+    api = f"$JS.API.DIRECT.GET.{opts.read_stream}"
+    try:
+        while not collector.done:
+            request = {
+                "seq": collector.next_seq,
+                # Data messages never outnumber sequences: nothing is asked for past `end`.
+                "batch": min(_DIRECT_BATCH, end - collector.next_seq + 1),
+                "next_by_subj": opts.data_filter,
+            }
+            await collector.round_trip(nc.publish(api, json.dumps(request).encode(), reply=inbox))
+            if collector.done or len(collector.buffer) >= CHUNK_ROWS:
+                chunk, collector.buffer = collector.buffer, []
+                if chunk:
+                    yield chunk
+    finally:
+        await sub.unsubscribe()
+
+
+class _DirectCollector:
+    """Gathers the answers of batched direct gets (one batch in flight at a time)."""
+
+    def __init__(self, opts: RsubOptions, first: int, end: int) -> None:
+        self._opts = opts
+        self._end = end
+        self.next_seq = first
+        self.buffer: list[Record] = []
+        self.done = False
+        self._error: str | None = None
+        self._answered = asyncio.Event()
+
+    async def on_msg(self, msg: Msg) -> None:
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status is not None:
+            if status == "404":  # no data message at or after next_seq
+                self.done = True
+            elif status != "204":  # 204: end of this batch
+                self._error = f"{status} {headers.get('Description', '')}".strip()
+            self._answered.set()
+            return
+        if self.done:
+            return
+        seq = int(headers["Nats-Sequence"])
+        if seq > self._end:
+            self.done = True
+            return
+        stored = rfc3339_micros(headers["Nats-Time-Stamp"])
+        self.buffer.append((seq, headers["Nats-Subject"], msg.data, headers, stored or 0))
+        self.next_seq = seq + 1
+        if seq == self._end:
+            self.done = True
+
+    async def round_trip(self, request: Awaitable[None]) -> None:
+        """Sends one batch request and waits until its last answer came."""
+        self._answered.clear()
+        before = self.next_seq
+        await request
+        timeout = self._opts.timeout_ms / 1000
+        try:
+            await asyncio.wait_for(self._answered.wait(), timeout)
+        except TimeoutError:
+            raise RsubReadError(
+                f"read stream {self._opts.read_stream!r}: no answer to a direct get from "
+                f"sequence {before} within {timeout:g}s"
+            ) from None
+        if self._error is not None:
+            raise RsubReadError(
+                f"read stream {self._opts.read_stream!r}: direct get from sequence {before} "
+                f"failed: {self._error}"
+            )
+        if not self.done and self.next_seq == before:
+            raise RsubReadError(
+                f"read stream {self._opts.read_stream!r}: direct get from sequence {before} "
+                "returned nothing"
+            )
+
+
+async def _consumer_chunks(
+    nc: NATS, opts: RsubOptions, first: int, end: int
+) -> AsyncGenerator[list[Record]]:
+    start_at = await _first_data_seq(nc, opts, first)
+    if start_at is None or start_at > end:
+        return
+    collector = _ConsumerCollector(opts, start_at, end)
     js = nc.jetstream(timeout=opts.timeout_ms / 1000)
     sub = await js.subscribe(
         opts.data_filter,
@@ -213,7 +328,9 @@ async def read_chunks(
         cb=collector.on_msg,
         ordered_consumer=True,
         inactive_threshold=_CONSUMER_INACTIVE_S,
-        config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first),
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_at
+        ),
         pending_msgs_limit=_PENDING_MSGS_LIMIT,
         pending_bytes_limit=_PENDING_BYTES_LIMIT,
     )
@@ -221,21 +338,21 @@ async def read_chunks(
         while True:
             chunk, done = await collector.next_chunk()
             if chunk:
-                yield chunk, bounds
+                yield chunk
             if done:
                 return
     finally:
         await sub.unsubscribe()
 
 
-class _RangeCollector:
-    """Gathers the messages of one range from a subscription callback (no await per message)."""
+class _ConsumerCollector:
+    """Gathers the messages of one range from an ordered consumer (no await per message)."""
 
     def __init__(self, opts: RsubOptions, first: int, end: int) -> None:
         self._opts = opts
         self._end = end
         self._last = first - 1
-        self._buffer: list[Msg] = []
+        self._buffer: list[Record] = []
         self._received = 0
         self._done = False
         self._ready = asyncio.Event()
@@ -247,7 +364,8 @@ class _RangeCollector:
         seq = meta.sequence.stream
         self._received += 1
         if seq <= self._end:
-            self._buffer.append(msg)
+            stored = (meta.timestamp - _EPOCH) // _MICROSECOND
+            self._buffer.append((seq, msg.subject, msg.data, msg.headers, stored))
             self._last = seq
         # num_pending == 0: no data message follows, so none is left at or below `end`.
         if seq >= self._end or meta.num_pending == 0:
@@ -255,7 +373,7 @@ class _RangeCollector:
         if self._done or len(self._buffer) >= CHUNK_ROWS:
             self._ready.set()
 
-    async def next_chunk(self) -> tuple[list[Msg], bool]:
+    async def next_chunk(self) -> tuple[list[Record], bool]:
         """The messages gathered so far (waiting for a full chunk), and whether all came."""
         timeout = self._opts.timeout_ms / 1000
         while not self._done and len(self._buffer) < CHUNK_ROWS:
@@ -275,7 +393,7 @@ class _RangeCollector:
 
 def iterate_range(
     opts: RsubOptions, start: int, end: int
-) -> Iterator[tuple[list[Msg], StreamBounds]]:
+) -> Iterator[tuple[list[Record], StreamBounds]]:
     """Synchronous `read_chunks` on a private event loop in the calling thread.
 
     The loop runs only while a chunk is being read; in between, the server's flow control

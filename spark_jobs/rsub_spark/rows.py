@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
-from nats.aio.msg import Msg
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -25,6 +24,19 @@ from sidecar.nats.names import SOURCE_HEADER, VirtualStream
 # stored in this region's read stream.
 PUBLISHED_AT_HEADER = "Rsub-Published-At"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Headers a direct get adds to the stored message; not part of the message itself.
+_DIRECT_GET_HEADERS = frozenset(
+    {
+        "Nats-Stream",
+        "Nats-Subject",
+        "Nats-Sequence",
+        "Nats-Time-Stamp",
+        "Nats-Num-Pending",
+        "Nats-Last-Sequence",
+    }
+)
+# A stored data message: (sequence, subject, data, headers, stored time in unix microseconds).
+Record = tuple[int, str, bytes, dict[str, str] | None, int]
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -49,11 +61,8 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def published_at_micros(value: str) -> int | None:
-    """Unix microseconds of a `Rsub-Published-At` value, or None when it does not parse."""
-    text = value.strip()
-    if text.isdigit():
-        return int(text) * 1000
+def rfc3339_micros(text: str) -> int | None:
+    """Unix microseconds of an RFC 3339 time with a zone (nanoseconds are truncated)."""
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
@@ -63,10 +72,18 @@ def published_at_micros(value: str) -> int | None:
     return (parsed - _EPOCH) // _MICROSECOND
 
 
+def published_at_micros(value: str) -> int | None:
+    """Unix microseconds of a `Rsub-Published-At` value, or None when it does not parse."""
+    text = value.strip()
+    if text.isdigit():
+        return int(text) * 1000
+    return rfc3339_micros(text)
+
+
 def to_record_batch(
-    msgs: Sequence[Msg], origins: VirtualStream | None, schema: pa.Schema
+    records: Sequence[Record], origins: VirtualStream | None, schema: pa.Schema
 ) -> pa.RecordBatch:
-    """One Arrow batch of rows for `msgs` (in schema order; headers only if the schema has them)."""
+    """One Arrow batch of rows (in schema order; headers only if the schema has them)."""
     subjects: list[str] = []
     datas: list[bytes] = []
     seqs: list[int] = []
@@ -75,21 +92,20 @@ def to_record_batch(
     stamps: list[int] = []
     headers: list[list[tuple[str, str]] | None] = []
     with_headers = schema.get_field_index("headers") >= 0
-    for msg in msgs:
-        meta = msg.metadata
-        hdrs = msg.headers or {}
-        subjects.append(msg.subject)
-        datas.append(msg.data)
-        seqs.append(meta.sequence.stream)
-        source = hdrs.get(SOURCE_HEADER)
+    for seq, subject, data, hdrs, stored in records:
+        subjects.append(subject)
+        datas.append(data)
+        seqs.append(seq)
+        source = hdrs.get(SOURCE_HEADER) if hdrs else None
         origin = origins.origin_of(source) if origins is not None and source else None
         origin_regions.append(origin[0] if origin else None)
         origin_seqs.append(origin[1] if origin else None)
-        published = hdrs.get(PUBLISHED_AT_HEADER)
+        published = hdrs.get(PUBLISHED_AT_HEADER) if hdrs else None
         stamp = published_at_micros(published) if published else None
-        stamps.append(stamp if stamp is not None else (meta.timestamp - _EPOCH) // _MICROSECOND)
+        stamps.append(stored if stamp is None else stamp)
         if with_headers:
-            headers.append(list(hdrs.items()) if hdrs else None)
+            kept = [(k, v) for k, v in hdrs.items() if k not in _DIRECT_GET_HEADERS] if hdrs else []
+            headers.append(kept or None)
     columns: dict[str, Sequence[object]] = {
         "subject": subjects,
         "data": datas,

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Iterator
 
 import nats
 import pytest
+from pyspark.sql import SparkSession
 from spark_helpers import (
     Layout,
     NatsServer,
@@ -17,6 +20,8 @@ from spark_helpers import (
     wait_sourced,
 )
 
+from spark_jobs import rsub_spark
+
 
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
@@ -25,14 +30,16 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def orders_layout(nats_server: NatsServer) -> Layout:
-    """`orders` with 200 data messages (plus markers) in `orders-read-west`."""
+@pytest.fixture(scope="session", params=["direct", "consumer"])
+def orders_layout(nats_server: NatsServer, request: pytest.FixtureRequest) -> Layout:
+    """A virtual stream with 200 data messages (plus markers) in its west read stream, read
+    with direct gets (`orders`) or, without allow_direct, with a consumer (`ordersc`)."""
+    direct = request.param == "direct"
 
     async def build() -> Layout:
         nc = await nats.connect(nats_server.url)
         try:
-            vstream = await create_layout(nc, "orders")
+            vstream = await create_layout(nc, "orders" if direct else "ordersc", direct=direct)
             published = await publish_orders(nc, vstream, 200)
             last = await wait_sourced(nc, vstream, len(published))
             read_stream = vstream.read_stream("west")
@@ -49,3 +56,22 @@ def sidecar_double() -> Iterator[SidecarDouble]:
     double = SidecarDouble()
     yield double
     double.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    # Spark's Python workers (data source planner and readers) must run this venv's Python.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rsub-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stopTimeout", "10s")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    rsub_spark.register(session)
+    yield session
+    session.stop()

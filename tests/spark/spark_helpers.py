@@ -109,16 +109,36 @@ class Layout:
         return [m for m in self.stored if start < m[0] <= end and m[1].startswith(prefix)]
 
 
-async def create_layout(nc: NATS, name: str) -> VirtualStream:
+async def enable_direct_get(nc: NATS, stream: str) -> None:
+    """Sets allow_direct on `stream`, every other field of its configuration untouched."""
+    info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)).data)
+    config = {**info["config"], "allow_direct": True}
+    reply = await nc.request(f"$JS.API.STREAM.UPDATE.{stream}", json.dumps(config).encode(), 5)
+    if "error" in json.loads(reply.data):
+        raise RuntimeError(f"cannot set allow_direct on {stream}: {reply.data!r}")
+
+
+async def create_layout(nc: NATS, name: str, *, direct: bool = True) -> VirtualStream:
+    """The streams of `name` in regions west and east on one server; the read streams allow
+    direct get unless `direct` is False (then the reader falls back to a consumer)."""
     vstream = VirtualStream(name, REGIONS)
     await apply_topology(nc, vstream, cluster_for_region=lambda _: None)
+    if direct:
+        for region in REGIONS:
+            await enable_direct_get(nc, vstream.read_stream(region))
     return vstream
 
 
 async def publish_orders(
-    nc: NATS, vstream: VirtualStream, count: int, *, first_index: int = 0
+    nc: NATS,
+    vstream: VirtualStream,
+    count: int,
+    *,
+    first_index: int = 0,
+    markers: bool = True,
 ) -> list[Published]:
-    """Publishes `count` orders alternating between regions, with markers in between."""
+    """Publishes `count` orders alternating between regions, with fake markers in between
+    (leave them out when real sidecars run: they would read them)."""
     js = nc.jetstream()
     out: list[Published] = []
     for i in range(first_index, first_index + count):
@@ -132,12 +152,12 @@ async def publish_orders(
         subject = vstream.publish_subject(region, f"k{i % 7}")
         ack = await js.publish(subject, data, headers=headers)
         out.append(Published(region, ack.seq, subject, data, headers))
-        if i % 10 == 9:
+        if markers and i % 10 == 9:
             marker_id = f"{vstream.name}-m-{region}-{i}"
             await js.publish(
                 vstream.marker_subject(region), b"marker", headers={"Nats-Msg-Id": marker_id}
             )
-        if i % 25 == 24:
+        if markers and i % 25 == 24:
             await js.publish(
                 vstream.snapshot_subject("west"),
                 b"snapshot",
@@ -147,11 +167,11 @@ async def publish_orders(
 
 
 async def wait_sourced(
-    nc: NATS, vstream: VirtualStream, data_count: int, timeout_s: float = 20
+    nc: NATS, vstream: VirtualStream, data_count: int, timeout_s: float = 20, region: str = "west"
 ) -> int:
-    """Waits until the west read stream holds `data_count` data messages; its last seq."""
+    """Waits until `region`'s read stream holds `data_count` data messages; its last seq."""
     js = nc.jetstream()
-    read_stream = vstream.read_stream("west")
+    read_stream = vstream.read_stream(region)
     deadline = time.monotonic() + timeout_s
     while True:
         info = await js.stream_info(read_stream, subjects_filter=vstream.data_filter())

@@ -22,7 +22,12 @@ from spark_helpers import (
     wait_sourced,
 )
 
-from spark_jobs.rsub_spark.nats_read import RsubDataLossError, RsubReadError
+from spark_jobs.rsub_spark.nats_read import (
+    NatsSession,
+    RsubDataLossError,
+    RsubReadError,
+    stream_bounds,
+)
 from spark_jobs.rsub_spark.options import RsubOptionError, parse_options
 from spark_jobs.rsub_spark.rows import spark_schema
 from spark_jobs.rsub_spark.source import (
@@ -58,17 +63,26 @@ def test_full_range_is_every_data_message_in_order_without_markers(orders_layout
     # The stream really holds markers, so the filter was exercised.
     assert any(subject.startswith("_rsub.") for _, subject, _ in orders_layout.stored)
     assert all(not r["subject"].startswith("_rsub.") for r in rows)
+    opts = parse_options(orders_layout.options())
+    session = NatsSession(opts)
+    try:
+        bounds = session.run(lambda nc: stream_bounds(nc, opts))
+    finally:
+        session.close()
+    # The fixture runs every test with both read paths: direct get, and a consumer.
+    assert bounds.allow_direct == (orders_layout.vstream.name == "orders")
 
 
 def test_rows_carry_the_origin_and_the_publish_time(orders_layout: Layout) -> None:
     last = orders_layout.stored[-1][0]
     rows = read_rows(orders_layout.options(includeHeaders="true"), 0, last)
+    name = orders_layout.vstream.name
     by_origin = {(r["origin_region"], r["origin_sequence"]): r for r in rows}
     assert len(by_origin) == len(orders_layout.published)
     for pub in orders_layout.published:
         row = by_origin[(pub.region, pub.origin_sequence)]
         assert row["data"] == pub.data
-        assert row["subject"] == "orders." + pub.subject.split(".", 2)[2]
+        assert row["subject"] == f"{name}." + pub.subject.split(".", 2)[2]
         stamp = row["timestamp"]
         published_at = (pub.headers or {}).get("Rsub-Published-At")
         if published_at is None:
@@ -78,7 +92,7 @@ def test_rows_carry_the_origin_and_the_publish_time(orders_layout: Layout) -> No
         else:
             assert stamp == datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
         headers = dict(row["headers"] or [])
-        assert headers.get("Nats-Stream-Source", "").startswith(f"orders-write-{pub.region} ")
+        assert headers.get("Nats-Stream-Source", "").startswith(f"{name}-write-{pub.region} ")
         for key, value in (pub.headers or {}).items():
             assert headers[key] == value
 
@@ -115,7 +129,7 @@ def test_offsets_limits_and_latest_cache(orders_layout: Layout, nats_server: Nat
     last = orders_layout.stored[-1][0]
     first_data = orders_layout.data_between(0, last)[0][0]
     assert stream_reader(orders_layout).initialOffset() == {
-        "stream": "orders-read-west",
+        "stream": orders_layout.read_stream,
         "sequence": last,
     }
     assert stream_reader(orders_layout, startingOffsets="earliest").initialOffset()["sequence"] == 0
@@ -129,12 +143,13 @@ def test_offsets_limits_and_latest_cache(orders_layout: Layout, nats_server: Nat
         assert reader.getDefaultReadLimit() == ReadMaxRows(50)
         assert reader.latestOffset(start, ReadMaxRows(50))["sequence"] == 50
         assert reader.latestOffset(start, ReadAllAvailable())["sequence"] == last
-        parts = reader.partitions(start, {"stream": "orders-read-west", "sequence": 50})
+        parts = reader.partitions(start, {"stream": orders_layout.read_stream, "sequence": 50})
         rows = [r for p in parts for b in reader.read(p) for r in b.to_pylist()]
         assert rows[0]["sequence"] == first_data
         assert [r["sequence"] for r in rows] == [s for s, _, _ in orders_layout.data_between(0, 50)]
-        with pytest.raises(RsubCheckpointError, match="read stream 'orders-read-east'"):
-            reader.latestOffset({"stream": "orders-read-east", "sequence": 5}, ReadAllAvailable())
+        east = orders_layout.vstream.read_stream("east")
+        with pytest.raises(RsubCheckpointError, match=f"read stream '{east}'"):
+            reader.latestOffset({"stream": east, "sequence": 5}, ReadAllAvailable())
         # The reader travels to executors by pickle, open connection or not.
         clone = pickle.loads(pickle.dumps(reader))
         assert clone.latestOffset(start, ReadMaxRows(10))["sequence"] == 10
@@ -204,7 +219,9 @@ def test_batch_reader_honours_starting_and_ending_offsets(orders_layout: Layout)
 
 
 def test_unknown_stream_and_unreachable_servers_are_named(orders_layout: Layout) -> None:
-    with pytest.raises(RsubReadError, match=r"read stream 'orders-read-north'.*not found"):
+    with pytest.raises(
+        RsubReadError, match=rf"read stream '{orders_layout.vstream.name}-read-north'.*not found"
+    ):
         stream_reader(orders_layout, region="north").initialOffset()
     dead = f"nats://127.0.0.1:{free_port()}"
     with pytest.raises(RsubReadError, match=f"cannot connect to NATS servers {dead}"):
@@ -250,11 +267,14 @@ def test_subscription_start_asks_the_sidecar(
     orders_layout: Layout, sidecar_double: SidecarDouble
 ) -> None:
     options = orders_layout.options(subscription="billing", sidecar=sidecar_double.address)
-    with pytest.raises(RuntimeError, match="subscription 'billing' of stream 'orders' not found"):
+    with pytest.raises(
+        RuntimeError,
+        match=f"subscription 'billing' of stream '{orders_layout.vstream.name}' not found",
+    ):
         stream_reader(orders_layout, **options).initialOffset()
-    sidecar_double.backend.cursors[("orders", "billing")] = 57
+    sidecar_double.backend.cursors[(orders_layout.vstream.name, "billing")] = 57
     assert stream_reader(orders_layout, **options).initialOffset() == {
-        "stream": "orders-read-west",
+        "stream": orders_layout.read_stream,
         "sequence": 57,
     }
     dead = f"127.0.0.1:{free_port()}"
