@@ -3,7 +3,8 @@
 Starts one nats-server with the streams of a virtual stream (two regions sourced into
 `bench-read-west`), publishes `--messages` orders, then reads the same messages:
 1. with a plain nats-py loop (one ordered consumer, the usual way to read a stream);
-2. with Spark (`local[2]`, a batch read of the same range into the no-op sink),
+2. with Spark (`local[2]`, a batch read of the same range into the no-op sink; the read
+   stream allows direct get, or not with `--consumer`),
 and prints rows per second of both and their ratio (goal: Spark >= half the plain loop).
 Then it runs a streaming query with a 1 s trigger while publishing at `--rate` messages/s
 with `Rsub-Published-At`, and prints the latency from publish to the row being available in
@@ -149,6 +150,9 @@ def main() -> int:
     parser.add_argument("--payload-bytes", type=int, default=64)
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument(
+        "--consumer", action="store_true", help="read streams without allow_direct (consumer path)"
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -158,10 +162,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         server = NatsServer(Path(tmp))
         try:
-            vstream = asyncio.run(_setup(server.url, args.messages, payload))
+            vstream = asyncio.run(_setup(server.url, args.messages, payload, not args.consumer))
             read_stream = vstream.read_stream("west")
             last_seq = asyncio.run(_last(server.url, vstream, args.messages))
-            print(f"read stream {read_stream}: {args.messages} data messages, last seq {last_seq}")
+            path = "ordered consumer" if args.consumer else "direct get"
+            print(
+                f"{read_stream}: {args.messages} data messages, last seq {last_seq}, plugin reads by {path}"
+            )
 
             spark = (
                 SparkSession.builder.master("local[2]")
@@ -207,10 +214,10 @@ def main() -> int:
     return 0
 
 
-async def _setup(url: str, count: int, payload: bytes) -> VirtualStream:
+async def _setup(url: str, count: int, payload: bytes, direct: bool) -> VirtualStream:
     nc = await nats.connect(url)
     try:
-        vstream = await create_layout(nc, "bench")
+        vstream = await create_layout(nc, "bench", direct=direct)
     finally:
         await nc.close()
     await publish(url, vstream, count, payload)
