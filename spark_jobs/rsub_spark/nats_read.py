@@ -33,6 +33,7 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 CHUNK_ROWS = 8192
 _DIRECT_BATCH = 4096
+_STALE_RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 # Ephemeral ordered consumers of finished reads disappear after this long.
@@ -238,6 +239,7 @@ async def _direct_chunks(
         pending_bytes_limit=_PENDING_BYTES_LIMIT,
     )
     api = f"$JS.API.DIRECT.GET.{opts.read_stream}"
+    stale_answers = 0
     try:
         while not collector.done:
             request = {
@@ -247,6 +249,21 @@ async def _direct_chunks(
                 "next_by_subj": opts.data_filter,
             }
             await collector.round_trip(nc.publish(api, json.dumps(request).encode(), reply=inbox))
+            if collector.exhausted:
+                # Any replica may answer a direct get, and a lagging one says "no message"
+                # too early: the stream leader decides whether data is left in the range.
+                left = await _first_data_seq(nc, opts, collector.next_seq)
+                if left is None or left > end:
+                    collector.done = True
+                else:
+                    stale_answers += 1
+                    if stale_answers > _STALE_RETRIES:
+                        raise RsubReadError(
+                            f"read stream {opts.read_stream!r}: direct gets keep missing "
+                            f"sequence {left} (a lagging replica?)"
+                        )
+                    collector.exhausted = False
+                    await asyncio.sleep(0.05 * stale_answers)
             if collector.done or len(collector.buffer) >= CHUNK_ROWS:
                 chunk, collector.buffer = collector.buffer, []
                 if chunk:
@@ -264,6 +281,8 @@ class _DirectCollector:
         self.next_seq = first
         self.buffer: list[Record] = []
         self.done = False
+        # The answering replica holds no data message at or after next_seq.
+        self.exhausted = False
         self._error: str | None = None
         self._answered = asyncio.Event()
 
@@ -271,8 +290,8 @@ class _DirectCollector:
         headers = msg.headers or {}
         status = headers.get("Status")
         if status is not None:
-            if status == "404":  # no data message at or after next_seq
-                self.done = True
+            if status == "404":
+                self.exhausted = True
             elif status != "204":  # 204: end of this batch
                 self._error = f"{status} {headers.get('Description', '')}".strip()
             self._answered.set()
@@ -307,7 +326,7 @@ class _DirectCollector:
                 f"read stream {self._opts.read_stream!r}: direct get from sequence {before} "
                 f"failed: {self._error}"
             )
-        if not self.done and self.next_seq == before:
+        if not self.done and not self.exhausted and self.next_seq == before:
             raise RsubReadError(
                 f"read stream {self._opts.read_stream!r}: direct get from sequence {before} "
                 "returned nothing"
