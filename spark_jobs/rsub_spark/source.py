@@ -30,7 +30,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_jobs.rsub_spark.cursor import SidecarClient
-from spark_jobs.rsub_spark.nats_read import NatsSession, StreamBounds, iterate_range, stream_bounds
+from spark_jobs.rsub_spark.nats_read import (
+    NatsSession,
+    RsubDataLossError,
+    StreamBounds,
+    iterate_range,
+    stream_bounds,
+)
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
 from spark_jobs.rsub_spark.rows import arrow_schema, spark_schema, to_record_batch
 
@@ -160,6 +166,14 @@ class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._sequence_of(start)
         latest = self._last_seq()
+        if latest < begin:  # the cached answer may predate `begin`: ask again before failing
+            latest = self._last_seq(fresh=True)
+        if latest < begin and self._opts.fail_on_data_loss:
+            raise RsubDataLossError(
+                f"read stream {self._opts.read_stream!r} ends at sequence {latest}, before the "
+                f"offset {begin} this query reached: was the stream deleted and created again? "
+                "(set failOnDataLoss=false to wait for the stream to pass the offset)"
+            )
         if self._available_now_end is not None:
             latest = min(latest, self._available_now_end)
         if isinstance(limit, ReadMaxRows):

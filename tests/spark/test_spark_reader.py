@@ -150,6 +150,10 @@ def test_offsets_limits_and_latest_cache(orders_layout: Layout, nats_server: Nat
         east = orders_layout.vstream.read_stream("east")
         with pytest.raises(RsubCheckpointError, match=f"read stream '{east}'"):
             reader.latestOffset({"stream": east, "sequence": 5}, ReadAllAvailable())
+        with pytest.raises(RsubDataLossError, match="was the stream deleted and created again"):
+            reader.latestOffset(
+                {"stream": orders_layout.read_stream, "sequence": last + 1000}, ReadAllAvailable()
+            )
         # The reader travels to executors by pickle, open connection or not.
         clone = pickle.loads(pickle.dumps(reader))
         assert clone.latestOffset(start, ReadMaxRows(10))["sequence"] == 10
