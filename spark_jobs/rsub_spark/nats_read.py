@@ -14,7 +14,6 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import nats
@@ -26,7 +25,7 @@ from nats.js.errors import NotFoundError
 
 from sidecar.nats.names import NamingError, VirtualStream
 from spark_jobs.rsub_spark.options import DEFAULT_WRITE_STREAM_PATTERN, RsubOptions
-from spark_jobs.rsub_spark.rows import Record, rfc3339_micros
+from spark_jobs.rsub_spark.rows import EPOCH, MICROSECOND, Record, rfc3339_micros
 
 log = structlog.get_logger(__name__)
 
@@ -34,8 +33,6 @@ T = TypeVar("T")
 CHUNK_ROWS = 8192
 _DIRECT_BATCH = 4096
 _STALE_RETRIES = 5
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 # Ephemeral ordered consumers of finished reads disappear after this long.
 _CONSUMER_INACTIVE_S = 2.0
 _PENDING_MSGS_LIMIT = 1_000_000
@@ -383,7 +380,7 @@ class _ConsumerCollector:
         seq = meta.sequence.stream
         self._received += 1
         if seq <= self._end:
-            stored = (meta.timestamp - _EPOCH) // _MICROSECOND
+            stored = (meta.timestamp - EPOCH) // MICROSECOND
             self._buffer.append((seq, msg.subject, msg.data, msg.headers, stored))
             self._last = seq
         # num_pending == 0: no data message follows, so none is left at or below `end`.

@@ -23,7 +23,7 @@ from sidecar.nats.names import SOURCE_HEADER, VirtualStream
 # RFC 3339; without it (or when it does not parse) `timestamp` is the time the message was
 # stored in this region's read stream.
 PUBLISHED_AT_HEADER = "Rsub-Published-At"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Headers a direct get adds to the stored message; not part of the message itself.
 _DIRECT_GET_HEADERS = frozenset(
     {
@@ -37,7 +37,7 @@ _DIRECT_GET_HEADERS = frozenset(
 )
 # A stored data message: (sequence, subject, data, headers, stored time in unix microseconds).
 Record = tuple[int, str, bytes, dict[str, str] | None, int]
-_MICROSECOND = timedelta(microseconds=1)
+MICROSECOND = timedelta(microseconds=1)
 
 
 def spark_schema(include_headers: bool) -> StructType:
@@ -69,7 +69,7 @@ def rfc3339_micros(text: str) -> int | None:
         return None
     if parsed.tzinfo is None:
         return None
-    return (parsed - _EPOCH) // _MICROSECOND
+    return (parsed - EPOCH) // MICROSECOND
 
 
 def published_at_micros(value: str) -> int | None:
