@@ -106,6 +106,7 @@ _RETRY_START_S = 0.5
 _RETRY_MAX_S = 10.0
 _SOURCE_ACTIVE_NS = 10 * 1_000_000_000
 _STOP_GRACE_S = 1.0
+_CANCEL_ROUNDS = 5
 _ACTIONS = (PublishReplicated, PublishLocal, MoveConsumer, MoveCursor, CreateConsumer, CreateCursor)
 # Failures worth retrying: NATS trouble, or a topology conflict an operator has to fix.
 _RETRIED = (NatsError, asyncio.TimeoutError, OSError, RuntimeError, TopologyError)
@@ -200,6 +201,7 @@ class Runtime:
         self._topology_applied = not apply_topology
         self._leadership: tuple[bool, int] = (False, 0)
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self._ready = asyncio.Event()
         self._grpc: GrpcServerHandle | None = None
         self._http: HttpServerHandle | None = None
@@ -242,15 +244,27 @@ class Runtime:
         if self._http is not None:
             await self._http.stop()
             self._http = None
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        self._stopping = True
+        await self._cancel_tasks()
         if self._lease is not None and self._conn.connected:
             await self._lease.release()
         self._lease = None
         await self._conn.close()
         log.info("runtime_stopped", region=self.region, holder=self.holder)
+
+    async def _cancel_tasks(self) -> None:
+        # Cancel again while tasks remain: a cancellation racing a finished inner future can
+        # be swallowed on Python 3.11 (`asyncio.wait_for`), and loops also watch `_stopping`.
+        pending = {t for t in self._tasks if not t.done()}
+        for _ in range(_CANCEL_ROUNDS):
+            if not pending:
+                break
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=_STOP_GRACE_S)
+        if pending:
+            log.error("tasks_not_stopping", tasks=sorted(t.get_name() for t in pending))
+        self._tasks.clear()
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         async def guarded() -> None:
@@ -266,13 +280,14 @@ class Runtime:
     async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run `attempt` until it succeeds, with back-off; every failure is logged."""
         delay = _RETRY_START_S
-        while True:
+        while not self._stopping:
             try:
                 return await attempt()
             except _RETRIED as err:
                 log.warning("retrying", what=what, error=repr(err), retry_in_s=delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, _RETRY_MAX_S)
+        raise asyncio.CancelledError
 
     async def _bring_up(self) -> None:
         await self._conn.connect()
@@ -392,7 +407,7 @@ class Runtime:
 
     async def _tail(self, st: _Stream) -> None:
         vs = st.vs
-        while True:
+        while not self._stopping:
             try:
                 tail = tail_markers(
                     self._conn.js, vs.read_stream(self.region), vs.marker_filter(), st.tail_seq + 1
@@ -433,7 +448,7 @@ class Runtime:
 
     async def _tick(self, st: _Stream) -> None:
         interval_s = self.config.snapshot.interval_ms / 1000
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval_s)
             if self._conn.connected:
                 try:
@@ -452,7 +467,7 @@ class Runtime:
     async def _drive(self, st: _Stream) -> None:
         assert st.machine is not None
         machine = st.machine
-        while True:
+        while not self._stopping:
             job = await st.jobs.get()
             try:
                 await self._carry_out(st, job.apply(machine))
