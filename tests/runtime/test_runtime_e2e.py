@@ -12,7 +12,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext, api
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.backend import SubscriptionView
@@ -97,13 +97,20 @@ async def clients(cluster: LocalSuperCluster) -> AsyncIterator[dict[str, Client]
 async def replicated_durable(
     js: JetStreamContext, region: str
 ) -> JetStreamContext.PullSubscription:
-    await js.add_consumer(
-        f"{STREAM}-read-{region}",
-        durable_name=DURABLE,
-        filter_subject=f"{STREAM}.>",
-        ack_policy=api.AckPolicy.EXPLICIT,
-        metadata={"rsub.replicate": "true"},
-    )
+    async def created() -> bool:
+        # A loaded machine can make the meta leader briefly unavailable (503): try again.
+        with contextlib.suppress(ServiceUnavailableError, nats.errors.TimeoutError):
+            await js.add_consumer(
+                f"{STREAM}-read-{region}",
+                durable_name=DURABLE,
+                filter_subject=f"{STREAM}.>",
+                ack_policy=api.AckPolicy.EXPLICIT,
+                metadata={"rsub.replicate": "true"},
+            )
+            return True
+        return False
+
+    await eventually(created, f"the durable in {region}")
     return await js.pull_subscribe_bind(DURABLE, stream=f"{STREAM}-read-{region}")
 
 
