@@ -342,6 +342,7 @@ class _Planner:
             await self._check_free(name, own)
             cfg = self._new_config(name, region, own, READ_DUPLICATE_WINDOW_NS)
             cfg["sources"] = [_source(vs, r) for r in vs.regions]
+            cfg["allow_direct"] = True
             return _Plan(name, region, "read", None, cfg)
         plan = _Plan(name, region, "read", info["config"], copy.deepcopy(info["config"]))
         await self._check_common(region, info, plan)
@@ -352,6 +353,11 @@ class _Planner:
             await self._check_free(name, own)
             cfg["subjects"] = [*subjects, *own]
             plan.fields.append("subjects")
+        if not cfg.get("allow_direct"):
+            # Readers (the Spark source) use direct gets: they need no consumer, so they keep
+            # working in a region cut off from the JetStream meta leader.
+            cfg["allow_direct"] = True
+            plan.fields.append("allow_direct")
         sources = self._check_sources(name, cfg)
         stream_transform = cfg.get("subject_transform")
         walkthrough = _walkthrough_rename(vs)

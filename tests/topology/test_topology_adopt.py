@@ -92,7 +92,13 @@ async def adopt_under_load(cluster: LocalSuperCluster, replicas: int) -> None:
             w, q = by_stream[vs.write_stream(r)], by_stream[vs.read_stream(r)]
             assert (w.action, set(w.fields)) == ("updated", {"subjects", "max_consumers"})
             assert q.action == "updated"
-            assert set(q.fields) == {"subjects", "subject_transform", "sources", "max_consumers"}
+            assert set(q.fields) == {
+                "subjects",
+                "subject_transform",
+                "sources",
+                "max_consumers",
+                "allow_direct",
+            }
 
         # Markers written after adoption travel with their origin's data.
         for r in vs.regions:

@@ -38,6 +38,7 @@ async def apply_and_load(cluster: LocalSuperCluster, vs: VirtualStream, replicas
                 assert info["config"]["num_replicas"] == replicas
                 assert info["config"]["max_consumers"] == DEFAULT_MAX_CONSUMERS
                 assert len(info["cluster"].get("replicas") or []) == replicas - 1
+            assert (await stream_info(ncs[r], vs.read_stream(r)))["config"]["allow_direct"]
 
         expected: dict[str, int] = {}
         for i, r in enumerate(vs.regions):
