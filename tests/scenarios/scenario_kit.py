@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar.api.backend import SnapshotView
 from sidecar.api.errors import NotFound
 from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.sidecars import wait_until
+from sidecar.dev.sidecars import read_stored, wait_until
 from sidecar.nats.consumers import REPLICATE_KEY
 from sidecar.nats.names import VirtualStream
 from sidecar.runtime import Runtime
@@ -83,8 +83,11 @@ async def last_seq(js: JetStreamContext, stream: str) -> int:
     return int((await js.stream_info(stream)).state.last_seq)
 
 
-async def snapshot_past(runtime: Runtime, vs: VirtualStream, seq: int) -> SnapshotView:
-    """Wait until `runtime` completed a snapshot whose local position is beyond `seq`."""
+async def snapshot_past_data(nc: Client, runtime: Runtime, vs: VirtualStream) -> SnapshotView:
+    """Wait until `runtime` completed a snapshot past the last data message now in its read
+    stream (past the last *data*: without new data no snapshot starts)."""
+    stored = await read_stored(nc, vs.read_stream(runtime.region), vs.data_filter())
+    seq = stored[-1].seq if stored else 0
     found: list[SnapshotView] = []
 
     async def done() -> bool:
@@ -96,7 +99,7 @@ async def snapshot_past(runtime: Runtime, vs: VirtualStream, seq: int) -> Snapsh
 
 
 async def publish_paced(
-    js: JetStreamContext,
+    nc: Client,
     runtime: Runtime,
     vs: VirtualStream,
     payloads: Sequence[bytes],
@@ -104,10 +107,9 @@ async def publish_paced(
 ) -> None:
     """Publish in `runtime`'s region in batches, each followed by a snapshot covering it, as a
     steady producer would see them (a snapshot only helps data published after it)."""
-    read_stream = vs.read_stream(runtime.region)
     for start in range(0, len(payloads), batch):
-        await publish(js, vs, runtime.region, payloads[start : start + batch])
-        await snapshot_past(runtime, vs, await last_seq(js, read_stream))
+        await publish(nc.jetstream(), vs, runtime.region, payloads[start : start + batch])
+        await snapshot_past_data(nc, runtime, vs)
 
 
 async def consume(

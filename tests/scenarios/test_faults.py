@@ -25,7 +25,7 @@ from scenario_kit import (
     metric,
     publish,
     publish_paced,
-    snapshot_past,
+    snapshot_past_data,
 )
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
@@ -188,7 +188,7 @@ async def test_sidecar_killed_in_the_middle_of_a_snapshot(
         await running.wait_leaders()
         assert replacement.epoch > old_epoch
         sent = [f"after-{i}".encode() for i in range(4)]
-        await publish_paced(west_js, replacement, vs, sent, batch=2)
+        await publish_paced(nc["west"], replacement, vs, sent, batch=2)
         consumed = await consume(west_js, vs, "west", DURABLE, 6)
         assert {d.payload for d in consumed} == {b"before-0", b"before-1", *sent}
 
@@ -242,7 +242,7 @@ async def test_leader_killed_follower_takes_over_old_epoch_is_fenced(
         old_epoch = (await status_of(leader.grpc_port)).epoch
         assert old_epoch > 0 and not follower.is_leader
         await create_durable(west_js, vs, "west", DURABLE)
-        await publish_paced(west_js, follower, vs, [b"a", b"b"], batch=2)
+        await publish_paced(nc["west"], follower, vs, [b"a", b"b"], batch=2)
 
         await leader.kill()
 
@@ -252,9 +252,8 @@ async def test_leader_killed_follower_takes_over_old_epoch_is_fenced(
         await wait_until(took_over, "the follower to take over", DEADLINE_S)
         assert follower.epoch > old_epoch
         # East learns the new epoch from the new leader's first snapshot.
-        read_west = vs.read_stream("west")
         await publish(west_js, vs, "west", [b"c"])
-        await snapshot_past(follower, vs, (await west_js.stream_info(read_west)).state.last_seq)
+        await snapshot_past_data(nc["west"], follower, vs)
 
         async def stale(runtime: Runtime) -> float:
             return await metric(
@@ -270,7 +269,7 @@ async def test_leader_killed_follower_takes_over_old_epoch_is_fenced(
         await wait_until(fenced, "both sidecars to count the stale marker", DEADLINE_S)
         # Nobody answered the zombie's request (checked after a later snapshot went round).
         await publish(west_js, vs, "west", [b"d"])
-        await snapshot_past(follower, vs, (await west_js.stream_info(read_west)).state.last_seq)
+        await snapshot_past_data(nc["west"], follower, vs)
         answered = [
             m
             for m in await read_markers(nc["west"], vs, "west")
@@ -291,7 +290,7 @@ async def test_region_cut_off_longer_than_the_timeout_then_restored(
         west = running["west"]
         await create_durable(js["west"], vs, "west", DURABLE)
         sent = [b"w-0", b"w-1"]
-        await publish_paced(js["west"], west, vs, sent, batch=2)
+        await publish_paced(nc["west"], west, vs, sent, batch=2)
         consumed = await consume(js["west"], vs, "west", DURABLE, 2)
 
         async def east_created() -> bool:

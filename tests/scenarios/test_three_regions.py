@@ -13,9 +13,8 @@ from scenario_kit import (
     create_durable,
     duplicate_bound,
     duplicates,
-    last_seq,
     publish,
-    snapshot_past,
+    snapshot_past_data,
     snapshot_used,
 )
 
@@ -49,7 +48,7 @@ async def test_two_round_snapshots_and_a_consumer_failing_over_twice(world3: Wor
             return len(stored) == len(sent)
 
         await wait_until(arrived, f"batch {batch} in {paced_by.region}", DEADLINE_S)
-        await snapshot_past(paced_by, vs, await last_seq(js[paced_by.region], read_stream))
+        await snapshot_past_data(world3.conns[paced_by.region], paced_by, vs)
 
     for batch in range(3):
         await publish_batch(batch, west)
@@ -60,10 +59,13 @@ async def test_two_round_snapshots_and_a_consumer_failing_over_twice(world3: Wor
 
     await wait_until(central_has_it, "west's update to reach central", DEADLINE_S)
     used_by_central = await snapshot_used(central, west, vs, DURABLE)
-    # Producers go on; central's snapshots cover only data that arrives after them.
+    # Producers go on; central's snapshots (it has the durable now) cover only data that
+    # arrives after them: one snapshot first, then a batch, and central consumes into it.
+    await snapshot_past_data(world3.conns["central"], central, vs)
     await publish_batch(3, central)
     from_central_before = await applied_from(east, vs, DURABLE, "central")
-    in_central = await consume(js["central"], vs, "central", DURABLE, len(sent) - 12)
+    info = await js["central"].consumer_info(vs.read_stream("central"), DURABLE)
+    in_central = await consume(js["central"], vs, "central", DURABLE, info.num_pending - 3)
 
     async def east_follows_central() -> bool:
         return await applied_from(east, vs, DURABLE, "central") > from_central_before

@@ -47,7 +47,7 @@ async def test_six_published_three_consumed_in_west_the_rest_in_east(world2: Wor
     # The application made the durable in both regions; the update moves east's forward.
     await create_durable(west, vs, "west", DURABLE)
     await create_durable(east, vs, "east", DURABLE)
-    await publish_paced(west, world2.sidecars["west"], vs, sent, batch=2)
+    await publish_paced(world2.conns["west"], world2.sidecars["west"], vs, sent, batch=2)
     in_west = await consume(west, vs, "west", DURABLE, 3)
 
     async def east_moved() -> bool:
@@ -77,7 +77,7 @@ async def test_standby_switch_durable_created_in_east_by_an_update(world2: World
     vs, west, east = world2.stream("standby"), world2.js("west"), world2.js("east")
     sent = payloads("standby", 20)
     await create_durable(west, vs, "west", DURABLE)
-    await publish_paced(west, world2.sidecars["west"], vs, sent, batch=5)
+    await publish_paced(world2.conns["west"], world2.sidecars["west"], vs, sent, batch=5)
     assert await ack_floor(east, vs, "east", DURABLE) == -1
     in_west = await consume(west, vs, "west", DURABLE, 10)
 
@@ -109,7 +109,9 @@ async def marker_counts(world: World, stream: str) -> dict[str, int]:
 async def test_no_new_markers_without_new_data(world2: World) -> None:
     vs, west = world2.stream("idle"), world2.js("west")
     await create_durable(west, vs, "west", DURABLE)
-    await publish_paced(west, world2.sidecars["west"], vs, payloads("idle", 2), batch=2)
+    await publish_paced(
+        world2.conns["west"], world2.sidecars["west"], vs, payloads("idle", 2), batch=2
+    )
     await consume(west, vs, "west", DURABLE, 2)
     settle_s = 6 * INTERVAL_MS / 1000
     # After the last data, the follow-up update and the snapshots it causes settle down.
@@ -149,7 +151,9 @@ async def last_data_seq(world: World, stream: str, region: str) -> int:
 async def test_replication_switched_off_and_on_at_runtime(world2: World) -> None:
     vs, west, east = world2.stream("toggle"), world2.js("west"), world2.js("east")
     await create_durable(west, vs, "west", DURABLE)
-    await publish_paced(west, world2.sidecars["west"], vs, payloads("on", 4), batch=2)
+    await publish_paced(
+        world2.conns["west"], world2.sidecars["west"], vs, payloads("on", 4), batch=2
+    )
     await consume(west, vs, "west", DURABLE, 3)
 
     async def created_in_east() -> bool:
@@ -264,7 +268,9 @@ async def test_malformed_markers_are_counted_skipped_and_change_nothing(world2: 
     vs, west, east = world2.stream("junk"), world2.js("west"), world2.js("east")
     east_sidecar = world2.sidecars["east"]
     await create_durable(west, vs, "west", DURABLE)
-    await publish_paced(west, world2.sidecars["west"], vs, payloads("junk", 4), batch=2)
+    await publish_paced(
+        world2.conns["west"], world2.sidecars["west"], vs, payloads("junk", 4), batch=2
+    )
     await consume(west, vs, "west", DURABLE, 3)
 
     async def created_in_east() -> bool:
@@ -297,7 +303,9 @@ async def test_malformed_markers_are_counted_skipped_and_change_nothing(world2: 
     assert await applied_from(east_sidecar, vs, DURABLE, "west") == applied
 
     # The sidecars carry on: the next snapshot and update still move east forward.
-    await publish_paced(west, world2.sidecars["west"], vs, payloads("after", 2), batch=2)
+    await publish_paced(
+        world2.conns["west"], world2.sidecars["west"], vs, payloads("after", 2), batch=2
+    )
     await consume(west, vs, "west", DURABLE, 3)
 
     async def moved() -> bool:
