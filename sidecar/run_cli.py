@@ -1,4 +1,8 @@
-"""`rsub run --config FILE`: run the sidecar of one region until SIGTERM or SIGINT."""
+"""`rsub run --config FILE`: run the sidecar of one region until SIGTERM or SIGINT.
+
+Exit status: 0 after a signal, 2 for a bad configuration, 3 when NATS refuses the
+credentials or TLS settings at the first connection (the reason is printed on stderr).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 
 from sidecar.config import Config, ConfigError, load_config
 from sidecar.logs import configure_logging
+from sidecar.nats.connection import NatsRefused
 from sidecar.runtime import Runtime
 
 
@@ -26,18 +31,25 @@ def register(subparsers: Any) -> None:
     run.set_defaults(handler=run_sidecar)
 
 
-async def serve(config: Config) -> None:
-    """Run a `Runtime` until SIGTERM/SIGINT, then stop it cleanly."""
+async def serve(config: Config) -> NatsRefused | None:
+    """Run a `Runtime` until SIGTERM/SIGINT, then stop it cleanly.
+
+    Returns early, with the error, when NATS refuses the credentials at the first connection.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runtime = Runtime(config)
     await runtime.start()
+    waits = (asyncio.create_task(stop.wait()), asyncio.create_task(runtime.wait_failed()))
     try:
-        await stop.wait()
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for task in waits:
+            task.cancel()
         await runtime.stop()
+    return runtime.failure
 
 
 def run_sidecar(args: argparse.Namespace) -> int:
@@ -47,5 +59,8 @@ def run_sidecar(args: argparse.Namespace) -> int:
         print(f"rsub run: {err}", file=sys.stderr)
         return 2
     configure_logging(config.log.format, config.log.level)
-    asyncio.run(serve(config))
+    failure = asyncio.run(serve(config))
+    if failure is not None:
+        print(f"rsub run: {failure}", file=sys.stderr)
+        return 3
     return 0

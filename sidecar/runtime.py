@@ -5,8 +5,10 @@ Programmatic use (tests, the demo, `rsub run`)::
     runtime = Runtime(config)          # a sidecar.config.Config; nothing happens yet
     await runtime.start()              # serve gRPC + HTTP, then connect etc. in the background
     await runtime.wait_ready(30)       # connected, topology applied, every stream rebuilt
+                                       # (raises NatsRefused if NATS refused the credentials)
     runtime.grpc_port, runtime.http_port   # bound ports (listen on port 0 to get free ones)
     runtime.is_leader, runtime.epoch, runtime.readiness
+    await runtime.wait_failed()        # returns the NatsRefused that stopped the bring-up
     await runtime.stop()               # stop serving, release the lease, flush and close
 
 `Runtime(config, holder=..., apply_topology=False, serve=False)`: `holder` names this
@@ -29,7 +31,10 @@ the same bucket keeps the external cursors (key `cursors.<V>`, see `sidecar.nats
 Followers keep their machines up to date from the tail (so reads work on every replica);
 a new leader's machine gets `became_leader(epoch)` and carries out what its predecessor
 missed. A lost NATS connection is reported (readiness, metrics, UNAVAILABLE for writes) and
-retried; a malformed marker is counted and skipped.
+retried; a malformed marker is counted and skipped. Only a refusal of the credentials or TLS
+settings at the very first connection is final: it is logged as one error line
+(`nats_refused`), `runtime.failure` holds it and `wait_failed()` / `wait_ready()` return /
+raise it; the caller decides to stop (`rsub run` exits with status 3).
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from sidecar.api.http_server import HttpServerHandle, start_http_server
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import Config
 from sidecar.nats import consumers
-from sidecar.nats.connection import NatsConnection
+from sidecar.nats.connection import NatsConnection, NatsRefused
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.lease import Lease, LeaseState
 from sidecar.nats.marker_log import StoredMarker, publish_marker, replay_markers, tail_markers
@@ -203,6 +208,8 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._ready = asyncio.Event()
+        self._failed = asyncio.Event()
+        self.failure: NatsRefused | None = None
         self._grpc: GrpcServerHandle | None = None
         self._http: HttpServerHandle | None = None
 
@@ -233,8 +240,26 @@ class Runtime:
         log.info("runtime_started", region=self.region, holder=self.holder)
 
     async def wait_ready(self, timeout_s: float) -> None:
-        """Wait until connected, the topology applied and every stream rebuilt and tailing."""
-        await asyncio.wait_for(self._ready.wait(), timeout_s)
+        """Wait until connected, the topology applied and every stream rebuilt and tailing.
+
+        Raises the `NatsRefused` error as soon as NATS refuses the first connection.
+        """
+        async with asyncio.timeout(timeout_s):
+            ready = asyncio.create_task(self._ready.wait())
+            failed = asyncio.create_task(self._failed.wait())
+            try:
+                await asyncio.wait({ready, failed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ready.cancel()
+                failed.cancel()
+        if self.failure is not None and not self._ready.is_set():
+            raise self.failure
+
+    async def wait_failed(self) -> NatsRefused:
+        """Wait until the bring-up gives up for good (NATS refused the first connection)."""
+        await self._failed.wait()
+        assert self.failure is not None
+        return self.failure
 
     async def stop(self) -> None:
         """Stop serving, stop the tasks, give the lease up, flush and close (idempotent)."""
@@ -290,7 +315,13 @@ class Runtime:
         raise asyncio.CancelledError
 
     async def _bring_up(self) -> None:
-        await self._conn.connect()
+        try:
+            await self._conn.connect()
+        except NatsRefused as err:
+            log.error("nats_refused", region=self.region, error=str(err))
+            self.failure = err
+            self._failed.set()
+            return
         if self._apply_topology:
             for st in self._streams.values():
                 await self._retry(f"topology {st.vs.name}", partial(self._topology, st.vs))

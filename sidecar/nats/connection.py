@@ -1,9 +1,12 @@
 """One NATS connection for the sidecar, built from `NatsConfig`, that never gives up.
 
 `NatsConnection.connect()` keeps trying until the first connection succeeds or `close()` is
-called; after that nats-py reconnects forever, and if nats-py ever closes the client for
-good, a new one is connected (so `nc`/`js` may change: fetch them again after `on_change`). The callbacks only
-log and flip `connected`, and call the optional `on_change(connected)` hook.
+called, except that a refusal of the configured credentials or TLS settings at that first
+connection raises `NatsRefused` (no retry will fix it). After that nats-py reconnects
+forever, refusals included (credentials may be rotated back), and if nats-py ever closes the
+client for good, a new one is connected (so `nc`/`js` may change: fetch them again after
+`on_change`). The callbacks only log and flip `connected`, and call the optional
+`on_change(connected)` hook.
 
     conn = NatsConnection(config.nats, name="rsub-west")
     await conn.connect()
@@ -22,8 +25,8 @@ from typing import Any
 import nats
 import structlog
 from nats.aio.client import Client
+from nats.errors import AuthorizationError, NoServersError
 from nats.errors import Error as NatsError
-from nats.errors import NoServersError
 from nats.js import JetStreamContext
 from nats.js.manager import JetStreamManager
 
@@ -74,6 +77,46 @@ def connect_options(config: NatsConfig) -> dict[str, Any]:
     return options
 
 
+class NatsRefused(ConnectionError):
+    """The server refused this client's credentials or certificate at the first connection."""
+
+
+# Server errors that no retry will fix (matched lower-cased).
+_REFUSALS = ("authorization violation", "authentication expired", "authentication revoked")
+# TLS failures that say the connection dropped, not that the peer refused us.
+_TLS_DROPS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+
+def refusal(err: BaseException) -> str | None:
+    """Why `err` is a refusal of this client's credentials or TLS settings, else None."""
+    if isinstance(err, ssl.SSLError):
+        if isinstance(err, _TLS_DROPS):
+            return None
+        detail = getattr(err, "verify_message", None)
+        return f"TLS {err.reason or err}" + (f" ({detail})" if detail else "")
+    # nats-py raises this one (str: "authorization failed") for the server's violation error.
+    text = _REFUSALS[0] if isinstance(err, AuthorizationError) else str(err).lower()
+    return next((f"server says {r!r}" for r in _REFUSALS if r in text), None)
+
+
+def auth_method(config: NatsConfig) -> str:
+    """The configured authentication, for error messages (never a secret)."""
+    if config.user is not None:
+        method = f"user/password for user {config.user!r}"
+    elif config.token is not None:
+        method = "token"
+    elif config.creds_file is not None:
+        method = f"creds file {str(config.creds_file)!r}"
+    else:
+        method = "no credentials"
+    tls = config.tls
+    if tls.enabled:
+        ca = f"CA file {str(tls.ca_file)!r}" if tls.ca_file is not None else "system CAs"
+        cert = f", client cert {str(tls.cert_file)!r}" if tls.cert_file is not None else ""
+        method += f", TLS with {ca}{cert}"
+    return method
+
+
 class NatsConnection:
     def __init__(
         self,
@@ -89,6 +132,7 @@ class NatsConnection:
         self._closing = False
         self._attempt: asyncio.Task[Client] | None = None
         self._reopen: asyncio.Task[None] | None = None
+        self._refused: str | None = None
         self.connected = False
 
     @property
@@ -106,8 +150,13 @@ class NatsConnection:
         return self.nc.jsm()
 
     async def connect(self) -> None:
-        """Connect, retrying with back-off until it works; returns early if closed meanwhile."""
+        """Connect, retrying with back-off until it works; returns early if closed meanwhile.
+
+        Raises `NatsRefused` when the server refuses the credentials or TLS settings before
+        the first connection ever succeeded.
+        """
         delay = _BACKOFF_START_S
+        self._refused = None
         while not self._closing:
             # nats-py retries a refused first connect by itself; a task lets close() stop it.
             self._attempt = asyncio.create_task(
@@ -125,6 +174,12 @@ class NatsConnection:
             except asyncio.CancelledError:
                 if self._closing:
                     return
+                task = asyncio.current_task()
+                if self._refused is not None and not (task is not None and task.cancelling()):
+                    raise NatsRefused(
+                        f"NATS refused the connection ({auth_method(self._config)}): "
+                        f"{self._refused}"
+                    ) from None
                 raise
             except (TimeoutError, NatsError, NoServersError, OSError) as err:
                 log.warning("nats_connect_failed", error=repr(err), retry_in_s=delay)
@@ -160,6 +215,13 @@ class NatsConnection:
 
     async def _on_error(self, err: Exception) -> None:
         log.warning("nats_error", error=repr(err))
+        reason = refusal(err)
+        attempt = self._attempt
+        # Only before the first connection: later, credentials may be rotated back.
+        if reason is None or self._nc is not None or attempt is None or self._refused is not None:
+            return
+        self._refused = reason
+        attempt.cancel()
 
     async def _on_disconnected(self) -> None:
         if self._closing:

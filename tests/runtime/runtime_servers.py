@@ -32,19 +32,24 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
 class ServerProcess:
     """A stand-alone JetStream server on a fixed port that can be stopped and started again."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, extra: str = "") -> None:
         self.port = _free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self._work = work
         self._conf = work / "server.conf"
+        self.configure(extra)
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def configure(self, extra: str) -> None:
+        """Rewrite the configuration with `extra` appended (takes effect at the next start)."""
         self._conf.write_text(
             f"""
 server_name: west-1
 listen: 127.0.0.1:{self.port}
-jetstream {{ store_dir: "{work / "js"}" }}
+jetstream {{ store_dir: "{self._work / "js"}" }}
+{extra}
 """
         )
-        self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with (self._work / "server.log").open("ab") as log:
@@ -52,6 +57,10 @@ jetstream {{ store_dir: "{work / "js"}" }}
                 [str(SERVER_BIN), "-c", str(self._conf)], stdout=log, stderr=log
             )
         _wait_listening(self.port, self._proc)
+
+    def log_text(self) -> str:
+        path = self._work / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
         if self._proc is not None:

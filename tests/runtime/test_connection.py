@@ -8,10 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from nats.errors import AuthorizationError
 from runtime_servers import ServerProcess
 
 from sidecar.config import NatsConfig, NatsTlsConfig, Secret
-from sidecar.nats.connection import NatsConnection, connect_options, tls_context
+from sidecar.nats.connection import (
+    NatsConnection,
+    NatsRefused,
+    auth_method,
+    connect_options,
+    refusal,
+    tls_context,
+)
 
 
 async def wait_for(condition: Callable[[], bool], what: str, limit_s: float = 20) -> None:
@@ -84,3 +92,83 @@ def test_tls_context_uses_the_configured_ca_and_server_name() -> None:
     options = connect_options(NatsConfig(servers=("tls://a:4222",), tls=tls))
     assert options["tls"] is not None and options["tls_hostname"] == "nats.internal"
     assert tls_context(NatsTlsConfig()) is None
+
+
+def users(password: str) -> str:
+    return f'authorization {{ users: [{{ user: rsub, password: "{password}" }}] }}'
+
+
+@pytest.mark.integration
+async def test_a_refused_first_connection_raises_naming_the_user(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path, users("right-pw"))
+    server.start()
+    config = NatsConfig(servers=(server.url,), user="rsub", password=Secret("wrong-pw"))
+    conn = NatsConnection(config, name="test")
+    try:
+        with pytest.raises(NatsRefused) as info:
+            await asyncio.wait_for(conn.connect(), 20)
+    finally:
+        await conn.close()
+        server.stop()
+    message = str(info.value)
+    assert message.startswith("NATS refused the connection (user/password for user 'rsub')")
+    assert "authorization violation" in message and "wrong-pw" not in message
+    assert not conn.connected
+
+
+@pytest.mark.integration
+async def test_refusals_after_the_first_connection_are_retried(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path, users("pw-1"))
+    server.start()
+    changes: list[bool] = []
+    config = NatsConfig(servers=(server.url,), user="rsub", password=Secret("pw-1"))
+    conn = NatsConnection(config, name="test", on_change=changes.append)
+    try:
+        await asyncio.wait_for(conn.connect(), 20)
+        # The password changes on the server: every reconnection is refused, none is final.
+        server.stop()
+        server.configure(users("pw-2"))
+        server.start()
+        await wait_for(
+            lambda: server.log_text().count("authentication error") >= 2, "two refused reconnects"
+        )
+        assert not conn.connected
+        server.stop()
+        server.configure(users("pw-1"))
+        server.start()
+        await wait_for(lambda: conn.connected, "reconnect once the password is back")
+        await conn.nc.publish("x", b"1")
+        assert changes == [True, False, True]
+    finally:
+        await conn.close()
+        server.stop()
+
+
+def test_refusal_recognises_credential_and_certificate_errors_only() -> None:
+    violation = "server says 'authorization violation'"
+    assert refusal(Exception("nats: 'Authorization Violation'")) == violation
+    assert refusal(AuthorizationError()) == violation
+    expired = refusal(Exception("nats: 'User Authentication Expired'"))
+    assert expired == "server says 'authentication expired'"
+    assert refusal(Exception("nats: 'Authentication Revoked'")) is not None
+    verify = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    verify.reason, verify.verify_message = "CERTIFICATE_VERIFY_FAILED", "Hostname mismatch"
+    assert refusal(verify) == "TLS CERTIFICATE_VERIFY_FAILED (Hostname mismatch)"
+    # A dropped connection or a missing server is worth retrying.
+    for transient in (
+        ssl.SSLEOFError(8, "EOF occurred in violation of protocol"),
+        ConnectionRefusedError(111, "Connection refused"),
+        TimeoutError(),
+        Exception("nats: 'Stale Connection'"),
+    ):
+        assert refusal(transient) is None, transient
+
+
+def test_auth_method_names_the_method_never_the_secret() -> None:
+    servers = ("nats://a:4222",)
+    by_user = auth_method(NatsConfig(servers=servers, user="app", password=Secret("pw-42")))
+    assert by_user == "user/password for user 'app'"
+    assert auth_method(NatsConfig(servers=servers, token=Secret("tok-42"))) == "token"
+    tls = NatsTlsConfig(ca_file=Path("/etc/ca.pem"), cert_file=Path("/etc/me.pem"))
+    described = auth_method(NatsConfig(servers=servers, tls=tls))
+    assert described == "no credentials, TLS with CA file '/etc/ca.pem', client cert '/etc/me.pem'"

@@ -226,11 +226,6 @@ async def test_wrong_credentials_never_connect_and_say_why(case: AuthCase, tmp_p
     assert case.refused in server_log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="NatsConnection.connect() retries a rejected login forever instead of failing "
-    "fast at start (change requested from the connection owner, see docs/security.md)",
-)
 async def test_wrong_password_fails_fast_at_start(tmp_path: Path, certs: Certs) -> None:
     case = _user_password(tmp_path, certs)
     async with LoneServer(tmp_path / "server", case.server) as server:
