@@ -1,0 +1,20 @@
+"""A sidecar must stop cleanly when its region's NATS is gone (what the failover demo does:
+the whole region is lost, then its sidecar is stopped)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.dev.cluster import ClusterFactory
+from sidecar.dev.sidecars import RegionSidecars
+
+pytestmark = pytest.mark.integration
+
+
+async def test_stop_after_the_region_died_does_not_raise(make_cluster: ClusterFactory) -> None:
+    cluster = await make_cluster(["west", "east"])
+    async with RegionSidecars(cluster, interval_ms=200, timeout_s=3) as sidecars:
+        west = sidecars["west"]
+        await cluster.stop_region("west")
+        await sidecars.stop("west")
+        assert not west.readiness.connected
