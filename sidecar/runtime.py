@@ -21,7 +21,8 @@ How it works, per virtual stream `V` of the configuration:
   positions, and `StreamMachine.restore` a follower from them (DESIGN §5), then tail the
   read stream's markers live from where the replay ended;
 - every `snapshot.interval_ms`: read the positions of the durables (one consumer listing)
-  and the external cursors (one KV get), hand them to the machine, then `tick` it;
+  and the external cursors (one KV get; a cursor that only markers follow counts as at the
+  read stream's end, `TrailingMarkers`), hand them to the machine, then `tick` it;
 - one driver task per stream feeds those inputs to the machine in order and carries out the
   outputs in order: markers are published only while the lease says this replica leads
   with the machine's epoch, consumers are moved forward / created, cursors moved.
@@ -64,7 +65,7 @@ from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import Config
 from sidecar.nats import consumers
 from sidecar.nats.connection import NatsConnection, NatsRefused
-from sidecar.nats.cursors import CursorStore
+from sidecar.nats.cursors import CursorStore, TrailingMarkers
 from sidecar.nats.lease import Lease, LeaseState
 from sidecar.nats.marker_log import StoredMarker, publish_marker, replay_markers, tail_markers
 from sidecar.nats.names import VirtualStream
@@ -150,6 +151,7 @@ class _Stream:
     vs: VirtualStream
     config: MachineConfig
     reader: consumers.PositionReader
+    trailing: TrailingMarkers
     machine: StreamMachine | None = None
     jobs: asyncio.Queue[_Job] = field(default_factory=asyncio.Queue)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -198,6 +200,7 @@ class Runtime:
                     cache_size=config.snapshot.cache_size,
                 ),
                 consumers.PositionReader(vs.read_stream(config.region)),
+                TrailingMarkers(vs.read_stream(config.region), vs.data_filter()),
             )
             for vs in config.virtual_streams
         }
@@ -457,6 +460,8 @@ class Runtime:
         assert self._cursor_store is not None
         read = await st.reader.read(self._conn.nc)
         st.cursors = await self._cursor_store.load(st.vs.name)
+        # `read.last_seq` was read before the scan for trailing markers, as it must be.
+        cursors = await st.trailing.effective(self._conn.nc, st.cursors, read.last_seq)
         st.durables = {
             c.name: SubscriptionInfo(
                 SubscriptionKind.DURABLE, c.replicated, json.dumps(c.config).encode()
@@ -465,7 +470,7 @@ class Runtime:
         }
         st.last_seq = read.last_seq
         st.positions_read_ms = now_ms()
-        return {**st.cursors, **{c.name: c.mark_delete for c in read.consumers if c.replicated}}
+        return {**cursors, **{c.name: c.mark_delete for c in read.consumers if c.replicated}}
 
     def _positions_job(self, st: _Stream, positions: Mapping[str, int]) -> Input:
         subscriptions, last_seq = st.subscriptions(), st.last_seq
@@ -725,7 +730,8 @@ class Runtime:
         except (TimeoutError, NatsError) as err:
             raise Unavailable(f"cannot store the cursor: {err!r}") from err
         st.cursors[subscription] = value
-        await self._submit(st, self._positions_job(st, {subscription: value}))
+        position = st.trailing.known(subscription, value, st.last_seq)
+        await self._submit(st, self._positions_job(st, {subscription: position}))
         return value
 
     async def trigger_snapshot(self, stream: str) -> str:

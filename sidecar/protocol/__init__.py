@@ -13,7 +13,9 @@ Inputs
     read_stream_advanced(last_seq)     the read stream's last sequence (from stream info).
     positions_read({sub: M}, last_seq) effective mark-delete positions of local subscriptions
                                        (ack floor, or last_seq read *before* the consumer info
-                                       when nothing is pending; external cursors' stored value).
+                                       when nothing is pending; an external cursor's stored
+                                       value, or last_seq read *before* the check when no data
+                                       message follows it).
     subscriptions_changed({sub: SubscriptionInfo(kind, replicated, config)})
                                        the full set of local subscriptions of the stream.
     became_leader(epoch) / became_follower()

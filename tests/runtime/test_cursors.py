@@ -1,15 +1,21 @@
-"""External cursors in the regional KV bucket, against a real JetStream server."""
+"""External cursors in the regional KV bucket and their effective positions, against a real
+JetStream server."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
+import nats
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
+from runtime_servers import ServerProcess
 
-from sidecar.nats.cursors import CursorStore
+from sidecar.nats.cursors import CursorStore, TrailingMarkers
 from sidecar.nats.regional_kv import open_regional_kv
 
 pytestmark = pytest.mark.integration
@@ -61,3 +67,112 @@ async def test_unreadable_values_are_dropped_not_fatal(kv: KeyValue, store: Curs
     await kv.put(CursorStore.key("orders"), b"not json")
     assert await store.load("orders") == {}
     assert await store.advance("orders", "ok", 6) == 6
+
+
+class ReadStream:
+    """A stream shaped like a read stream of `orders`: data on `orders.>`, markers apart."""
+
+    def __init__(self, js: JetStreamContext) -> None:
+        self.js = js
+        self.name = f"orders-read-{uuid.uuid4().hex[:8]}"
+
+    async def create(self) -> None:
+        await self.js.add_stream(
+            name=self.name,
+            subjects=[f"{self.name}.data.>", f"{self.name}.marker"],
+            max_consumers=4,
+            allow_direct=True,
+        )
+
+    async def data(self, n: int = 1) -> int:
+        for _ in range(n):
+            ack = await self.js.publish(f"{self.name}.data.x", b"d", stream=self.name)
+        return ack.seq
+
+    async def markers(self, n: int = 1) -> int:
+        for _ in range(n):
+            ack = await self.js.publish(f"{self.name}.marker", b"m", stream=self.name)
+        return ack.seq
+
+    def trailing(self) -> TrailingMarkers:
+        return TrailingMarkers(self.name, f"{self.name}.data.>")
+
+
+@pytest.fixture
+async def stream(js: JetStreamContext) -> ReadStream:
+    read = ReadStream(js)
+    await read.create()
+    return read
+
+
+async def test_a_cursor_followed_only_by_markers_stands_at_the_last_sequence(
+    nc: Client, stream: ReadStream
+) -> None:
+    last_data = await stream.data(3)
+    last = await stream.markers(2)
+    positions = await stream.trailing().effective(nc, {"spark": last_data, "early": 1}, last)
+    assert positions == {"spark": last, "early": 1}
+
+
+async def test_data_after_the_cursor_keeps_the_stored_value(nc: Client, stream: ReadStream) -> None:
+    await stream.data(2)
+    await stream.markers(2)
+    await stream.data()
+    last = await stream.markers()
+    trailing = stream.trailing()
+    # Only markers between the cursor and the next data message: it stands just before it.
+    assert await trailing.effective(nc, {"a": 2, "b": 3, "c": 5}, last) == {
+        "a": 4,
+        "b": 4,
+        "c": 6,
+    }
+
+
+async def test_data_stored_after_last_seq_was_read_is_never_claimed(
+    nc: Client, stream: ReadStream
+) -> None:
+    cursor = await stream.data(2)
+    last = await stream.markers(2)
+    trailing = stream.trailing()
+    assert await trailing.effective(nc, {"spark": cursor}, last) == {"spark": last}
+    later = await stream.markers()
+    # New data lands after the caller read `later`: it is past the bound, so not claimed.
+    await stream.data()
+    assert await trailing.effective(nc, {"spark": cursor}, later) == {"spark": later}
+    newest = await stream.markers()
+    assert await trailing.effective(nc, {"spark": cursor}, newest) == {"spark": later}
+    assert trailing.known("spark", cursor, newest) == later
+    assert trailing.known("spark", cursor + 1, newest) == cursor + 1
+
+
+async def test_each_stored_value_is_scanned_once_while_the_stream_is_quiet(
+    nc: Client, js_server: ServerProcess, stream: ReadStream
+) -> None:
+    requests: list[Msg] = []
+
+    async def count(msg: Msg) -> None:
+        requests.append(msg)
+
+    observer = await nats.connect(js_server.url)
+    try:
+        await observer.subscribe(f"$JS.API.STREAM.MSG.GET.{stream.name}", cb=count)
+        await observer.flush()
+        cursor = await stream.data(2)
+        last = await stream.markers()
+        trailing = stream.trailing()
+        for _ in range(3):
+            assert await trailing.effective(nc, {"spark": cursor}, last) == {"spark": last}
+        await observer.flush()
+        assert len(requests) == 1
+        # A cursor beyond the last sequence needs no scan at all.
+        assert await trailing.effective(nc, {"spark": last + 5}, last) == {"spark": last + 5}
+        await observer.flush()
+        assert len(requests) == 1
+    finally:
+        await observer.close()
+
+
+async def test_a_missing_stream_is_an_error_not_a_position(nc: Client) -> None:
+    trailing = TrailingMarkers("no-such-stream", "orders.>")
+    with pytest.raises(NotFoundError):
+        await trailing.effective(nc, {"spark": 1}, 5)

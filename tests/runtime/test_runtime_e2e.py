@@ -19,6 +19,7 @@ from sidecar.api.backend import SubscriptionView
 from sidecar.api.errors import NotFound, NotLeader, Unavailable
 from sidecar.config import Config
 from sidecar.dev.cluster import LocalSuperCluster
+from sidecar.nats.cursors import CursorStore
 from sidecar.runtime import Runtime
 
 pytestmark = pytest.mark.integration
@@ -362,6 +363,54 @@ async def test_external_cursor_committed_over_grpc_is_replicated(
                 api_pb2.CommitCursorRequest(stream=STREAM, subscription="spark", sequence=1)
             )
             assert backwards.mark_delete > 1
+
+
+async def last_data_seq(js: JetStreamContext, read_stream: str) -> int:
+    seq = (await js.get_last_msg(read_stream, f"{STREAM}.>")).seq
+    assert seq is not None
+    return seq
+
+
+async def test_a_cursor_at_the_last_data_message_reaches_the_other_region(
+    cluster2: LocalSuperCluster,
+) -> None:
+    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+        west, east = conns["west"].jetstream(), conns["east"].jetstream()
+        read_west, read_east = f"{STREAM}-read-west", f"{STREAM}-read-east"
+        await publish(west, "west", [b"a", b"b", b"c"])
+
+        async def sourced() -> bool:
+            return (await west.stream_info(read_west)).state.messages >= 3
+
+        await eventually(sourced, "the data in west's read stream")
+        last_data = await last_data_seq(west, read_west)
+        # Like a finished availableNow Spark job: one commit, at the last data message; the
+        # snapshot markers land after it and no further commit ever comes.
+        assert await runtimes["west"].commit_cursor(STREAM, "spark", last_data) == last_data
+
+        async def applied_in_east() -> bool:
+            view = await view_of(runtimes["east"], "spark")
+            return view is not None and bool(view.applied)
+
+        await eventually(applied_in_east, "the cursor to reach east")
+        sent = await runtimes["west"].get_subscription(STREAM, "spark")
+        [snapshot] = [
+            s
+            for s in await runtimes["west"].list_snapshots(STREAM)
+            if s.id == sent.last_snapshot_id
+        ]
+        position = snapshot.positions["east"]
+        applied = (await runtimes["east"].get_subscription(STREAM, "spark")).applied
+        assert [(a.from_region, a.position) for a in applied] == [("west", position)]
+        east_cursors = CursorStore(await east.key_value("rsub-leases-east"))
+        assert (await east_cursors.load(STREAM))["spark"] == position
+        # The right position: where west's request landed in east, after all of west's data.
+        request = await east.get_msg(read_east, position)
+        assert request.subject == f"_rsub.{STREAM}.marker.west"
+        assert await last_data_seq(east, read_east) < position
+        # The stored cursor in west is untouched: only the effective position moved.
+        west_cursors = CursorStore(await west.key_value("rsub-leases-west"))
+        assert (await west_cursors.load(STREAM))["spark"] == last_data
 
 
 async def test_lost_connection_is_reported_and_recovered(cluster2: LocalSuperCluster) -> None:
