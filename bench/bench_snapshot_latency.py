@@ -1,0 +1,114 @@
+"""Snapshot completion time against inter-region latency (3 regions: two rounds per snapshot).
+
+Usage: .venv/bin/python bench/bench_snapshot_latency.py [--seconds 10] [--delays-ms 0,20,50]
+
+On a local super-cluster (west, central, east) with one sidecar per region, a replicated
+durable in west and a steady producer in west, every gateway link gets the delay (each
+way); for each delay the snapshots west completes are measured from the markers stored in
+its read stream: first request stored -> completed-snapshot marker stored. The lower bound
+is two rounds of one round trip each: 2 x 2 x delay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import nats
+import structlog
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from sidecar.dev.cluster import LocalSuperCluster
+from sidecar.dev.demo import percentile
+from sidecar.dev.sidecars import RegionSidecars, read_markers, snapshot_latencies_ms
+from sidecar.nats.consumers import REPLICATE_KEY
+from sidecar.nats.names import VirtualStream
+
+REGIONS = ("west", "central", "east")
+STREAM = "bench"
+RATE_PER_S = 50
+
+
+async def produce(nc: Client, vs: VirtualStream, stop: asyncio.Event) -> None:
+    js = nc.jetstream()
+    subject = vs.publish_subject("west", "item")
+    for n in itertools.count():
+        if stop.is_set():
+            return
+        await js.publish(subject, str(n).encode())
+        await asyncio.sleep(1 / RATE_PER_S)
+
+
+async def run(delays_ms: Sequence[int], seconds: float, interval_ms: int, directory: Path) -> None:
+    vs = VirtualStream(STREAM, REGIONS)
+    async with (
+        LocalSuperCluster(REGIONS, directory) as cluster,
+        RegionSidecars(cluster, streams=[STREAM], interval_ms=interval_ms, timeout_s=10),
+    ):
+        nc = await nats.connect(cluster.servers("west"))
+        try:
+            await nc.jetstream().add_consumer(
+                vs.read_stream("west"),
+                ConsumerConfig(
+                    durable_name="bench",
+                    deliver_policy=DeliverPolicy.ALL,
+                    filter_subject=vs.data_filter(),
+                    ack_policy=AckPolicy.EXPLICIT,
+                    metadata={REPLICATE_KEY: "true"},
+                ),
+            )
+            stop = asyncio.Event()
+            producer = asyncio.create_task(produce(nc, vs, stop))
+            print(
+                f"3 regions, snapshot interval {interval_ms} ms, {RATE_PER_S} msg/s in west, "
+                f"{seconds:.0f} s per delay"
+            )
+            print(f"{'delay each way':>15} {'snapshots':>10} {'p50':>9} {'p99':>9} {'bound':>9}")
+            seen: set[str] = set()
+            for delay_ms in delays_ms:
+                for a, b in itertools.combinations(REGIONS, 2):
+                    await cluster.set_link_delay(a, b, delay_ms / 1000)
+                # Let snapshots that started under the previous delay finish first.
+                await asyncio.sleep(1 + 4 * delay_ms / 1000)
+                seen |= set(snapshot_latencies_ms(await read_markers(nc, vs, "west"), "west"))
+                started = time.monotonic()
+                await asyncio.sleep(seconds)
+                latencies = snapshot_latencies_ms(await read_markers(nc, vs, "west"), "west")
+                fresh = [ms for sid, ms in latencies.items() if sid not in seen]
+                seen |= set(latencies)
+                elapsed = time.monotonic() - started
+                if not fresh:
+                    print(f"{delay_ms:>12} ms  no snapshot completed in {elapsed:.0f} s")
+                    continue
+                print(
+                    f"{delay_ms:>12} ms {len(fresh):>10} {percentile(fresh, 50):>6.1f} ms "
+                    f"{percentile(fresh, 99):>6.1f} ms {4 * delay_ms:>6} ms"
+                )
+            stop.set()
+            await producer
+        finally:
+            await nc.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--delays-ms", default="0,20,50")
+    parser.add_argument("--interval-ms", type=int, default=200)
+    args = parser.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    logging.basicConfig(level=logging.ERROR)
+    delays = [int(d) for d in args.delays_ms.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
+        asyncio.run(run(delays, args.seconds, args.interval_ms, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
