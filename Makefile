@@ -39,6 +39,9 @@ lint: $(STAMP) proto-check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	@# Test folders import sibling helpers by module name, so each is checked on its own.
+	for d in tests/*/; do MYPYPATH=tests/api:tests/spark $(BIN)/mypy --strict $$d || exit 1; done
+	MYPYPATH=tests/spark $(BIN)/mypy --strict bench scripts protos tests/conftest.py
 
 test: $(STAMP) java lint
 	$(BIN)/pytest $(PYTEST_ARGS)
