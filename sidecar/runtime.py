@@ -58,7 +58,13 @@ from nats.js.errors import NotFoundError
 
 import sidecar
 from sidecar.api import backend as views
-from sidecar.api.errors import InvalidArgument, NotFound, NotLeader, Unavailable
+from sidecar.api.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    NotLeader,
+    Unavailable,
+)
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.api.http_server import HttpServerHandle, start_http_server
 from sidecar.api.metrics import SidecarMetrics
@@ -83,6 +89,7 @@ from sidecar.protocol import (
     MoveConsumer,
     MoveCursor,
     Output,
+    PendingView,
     PublishLocal,
     PublishReplicated,
     Rejected,
@@ -735,17 +742,28 @@ class Runtime:
         return value
 
     async def trigger_snapshot(self, stream: str) -> str:
-        st, machine = self._stream(stream)
+        """Start a snapshot now; the pending attempt's id when one is already under way."""
+        st, _ = self._stream(stream)
         self._require_writable()
-        await self._submit(st, partial(StreamMachine.tick, now_ms=now_ms()))
-        pending = machine.pending()
-        if pending is None:
-            raise Unavailable(
-                f"no snapshot of {stream!r} can start now (none needed: no replicated "
-                "subscription or no new data since the last one; or the interval has not "
-                "passed since the last start)"
+        now = now_ms()
+        seen: list[tuple[PendingView | None, bool]] = []
+
+        def apply(machine: StreamMachine) -> list[Output]:
+            out = machine.trigger(now)
+            replicated = any(s.exists and s.replicated for s in machine.subscriptions())
+            seen.append((machine.pending(), replicated))
+            return out
+
+        await self._submit(st, apply)
+        [(attempt, replicated)] = seen
+        if attempt is not None:
+            return str(attempt.id)
+        if not replicated:
+            raise FailedPrecondition(
+                f"stream {stream!r} has no replicated subscription in region {self.region!r}: "
+                "a snapshot would serve nobody (replicate a durable or commit a cursor first)"
             )
-        return str(pending.id)
+        raise NotLeader()
 
     async def set_replicated(
         self, stream: str, subscription: str, replicated: bool

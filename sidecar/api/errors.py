@@ -34,5 +34,10 @@ class NotLeader(ApiError):
         super().__init__(message)
 
 
+class FailedPrecondition(ApiError):
+    """The request makes no sense in the current state, e.g. nothing to snapshot
+    (FAILED_PRECONDITION)."""
+
+
 class Unavailable(ApiError):
     """The sidecar cannot serve the request right now, e.g. NATS is down (UNAVAILABLE)."""

@@ -24,7 +24,14 @@ from grpc_reflection.v1alpha import reflection
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
 from sidecar.api.backend import SidecarBackend
-from sidecar.api.errors import ApiError, InvalidArgument, NotFound, NotLeader, Unavailable
+from sidecar.api.errors import (
+    ApiError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    NotLeader,
+    Unavailable,
+)
 from sidecar.api.validation import require_name
 from sidecar.config import GrpcTlsConfig
 
@@ -44,6 +51,7 @@ _STATUS_CODES: dict[type[ApiError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
     NotLeader: grpc.StatusCode.FAILED_PRECONDITION,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
 

@@ -6,7 +6,11 @@ the outputs it returns, in order. Every input method returns `list[Output]`.
 Inputs
     tick(now_ms)                       timers: starts snapshots, times attempts out. The machine
                                        has no clock: every timestamp it records is the latest
-                                       `now_ms` given to `tick`.
+                                       `now_ms` given to `tick` (or `trigger`).
+    trigger(now_ms)                    a `tick` that also starts a snapshot now, whatever the
+                                       interval and even without new data (outputs include
+                                       `SnapshotStarted`); never while one is pending, on a
+                                       follower, or without a replicated subscription.
     marker_seen(read_seq, marker)      a decoded marker at `read_seq` of this region's read
                                        stream, in tail order (`markers.decode` first).
     marker_rejected(read_seq, rej)     a message on the marker subjects that `decode` rejected.

@@ -314,6 +314,15 @@ class StreamMachine:
             out.extend(self._start())
         return out
 
+    def trigger(self, now_ms: int) -> list[Output]:
+        """Start a snapshot now (an operator's request): a `tick` that also starts one when the
+        interval has not passed or no new data arrived. Still nothing starts on a follower,
+        without a replicated subscription, or while an attempt is pending (`pending()`)."""
+        out = self.tick(now_ms)
+        if self._leader and self._pending is None and self._has_replicated():
+            out.extend(self._start())
+        return out
+
     def read_stream_advanced(self, last_seq: int) -> list[Output]:
         self._last_seq = max(self._last_seq, last_seq)
         return []
@@ -491,8 +500,11 @@ class StreamMachine:
 
     # ---- requester ------------------------------------------------------------------------
 
+    def _has_replicated(self) -> bool:
+        return any(s.exists and s.info.replicated for s in self._subs.values())
+
     def _should_start(self) -> bool:
-        if not any(s.exists and s.info.replicated for s in self._subs.values()):
+        if not self._has_replicated():
             return False
         data_high = self._data_high
         if self._last_seq > self._last_marker_seq:

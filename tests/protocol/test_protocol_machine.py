@@ -335,3 +335,45 @@ def test_snapshot_ids_never_repeat_when_an_epoch_is_reused() -> None:
     (third,) = published(restored.tick(4_000))
     ids = [m.body.id for m in (first, second, third)]  # type: ignore[union-attr]
     assert len(set(ids)) == 3 and [i.counter for i in ids] == [1, 2, 3]
+
+
+def test_trigger_starts_at_once_without_new_data_or_waiting_for_the_interval() -> None:
+    a, b = machine("a", "ab"), machine("b", "ab")
+    complete_two_region_snapshot(a, b)  # started at 1_000; only its markers since
+    assert a.tick(1_100) == []  # neither the interval passed nor new data arrived
+    out = a.trigger(1_100)
+    (started,) = only(out, SnapshotStarted)
+    (request,) = published(out)
+    assert request.body == Request(started.id, 1)  # type: ignore[attr-defined]
+    pending = a.pending()
+    assert pending is not None and pending.id == started.id  # type: ignore[attr-defined]
+    assert pending.started_ms == 1_100
+
+
+def test_trigger_never_starts_a_second_attempt_while_one_is_pending() -> None:
+    a = machine("a", "ab")
+    request = start(a, data_seq=10, now=1_000)
+    assert a.trigger(1_500) == []
+    pending = a.pending()
+    assert pending is not None and pending.id == request.body.id  # type: ignore[union-attr]
+
+
+def test_trigger_after_a_timeout_starts_exactly_one_attempt() -> None:
+    a = machine("a", "ab")
+    start(a, data_seq=10, now=1_000)
+    out = a.trigger(31_000)  # the tick part times the attempt out and retries at once
+    assert len(only(out, SnapshotTimedOut)) == 1 and len(only(out, SnapshotStarted)) == 1
+    assert len(published(out)) == 1
+
+
+def test_trigger_needs_a_leader_and_a_replicated_subscription() -> None:
+    a = StreamMachine(MachineConfig("a", STREAM, ("a", "b")))
+    a.became_leader(1)
+    a.read_stream_advanced(5)
+    assert a.trigger(1_000) == []  # no subscription at all
+    a.subscriptions_changed({"x": SubscriptionInfo(replicated=False)})
+    assert a.trigger(2_000) == [] and a.pending() is None
+    follower = machine("b", "ab", leader=False)
+    assert follower.trigger(3_000) == [] and follower.pending() is None
+    a.subscriptions_changed({"x": SubscriptionInfo(kind=SubscriptionKind.EXTERNAL)})
+    assert only(a.trigger(4_000), SnapshotStarted)

@@ -413,6 +413,34 @@ async def test_a_cursor_at_the_last_data_message_reaches_the_other_region(
         assert (await west_cursors.load(STREAM))["spark"] == last_data
 
 
+async def test_trigger_snapshot_starts_one_or_returns_the_pending_one(
+    cluster2: LocalSuperCluster,
+) -> None:
+    # West's sidecar alone: with no east sidecar to answer, an attempt stays pending.
+    west = Runtime(sidecar_config(cluster2, "west"), serve=True)
+    await west.start()
+    try:
+        await west.wait_ready(60)
+        await eventually(all_lead([west]), "west to lead")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{west.grpc_port}") as channel:
+            admin = api_pb2_grpc.AdminServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM))
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "no replicated subscription" in (refused.value.details() or "")
+
+            await west.commit_cursor(STREAM, "spark", 0)
+            # No data at all: the interval rule alone would never start one.
+            reply = await admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM))
+            assert reply.snapshot_id.startswith(f"west-{west.epoch}-")
+            again = await admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM))
+            assert again.snapshot_id == reply.snapshot_id
+        [stream] = (await west.status()).streams
+        assert stream.snapshot_pending
+    finally:
+        await west.stop()
+
+
 async def test_lost_connection_is_reported_and_recovered(cluster2: LocalSuperCluster) -> None:
     async with sidecars(cluster2) as runtimes:
         west = runtimes["west"]
