@@ -162,7 +162,9 @@ class SidecarBackend(Protocol):
         ...
 
     async def trigger_snapshot(self, stream: str) -> str:
-        """Start a snapshot now, whatever the interval; returns its id."""
+        """Start a snapshot now, whatever the interval; returns its id, or the pending
+        attempt's id when one is under way. Raises `FailedPrecondition` when the stream has
+        no replicated subscription, `NotLeader` on a follower."""
         ...
 
     async def set_replicated(
