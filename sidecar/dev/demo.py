@@ -39,9 +39,7 @@ from sidecar.api.errors import NotFound
 from sidecar.dev.cluster import LocalSuperCluster
 from sidecar.dev.sidecars import (
     RegionSidecars,
-    read_markers,
     read_stored,
-    snapshot_latencies_ms,
     wait_until,
 )
 from sidecar.logs import configure_logging
@@ -316,7 +314,7 @@ class FailoverReport:
     bound: int
     snapshot_used: str
     snapshot_positions: str
-    snapshot_latencies_ms: list[float]
+    snapshot_durations_ms: list[int]
     loss_to_first_s: float
 
     @property
@@ -426,9 +424,6 @@ async def failover(
                 west_s + _STEP_TIMEOUT_S,
             )
             progress.done()
-            latencies = snapshot_latencies_ms(
-                await read_markers(ncs[FAILED_REGION], vs, FAILED_REGION), FAILED_REGION
-            )
 
             # ---- the loss of west: servers SIGKILLed, its sidecar and producer gone ----
             lost_at = time.monotonic()
@@ -487,9 +482,9 @@ async def failover(
             first_east = min(
                 (d.at for d in consumer.in_region(TAKEOVER_REGION)), default=float("nan")
             )
+            durations = [s.duration_ms for s in west_snapshots.values()]
             for region in survivors:
-                markers = await read_markers(ncs[region], vs, region)
-                latencies.update(snapshot_latencies_ms(markers, region))
+                durations += [s.duration_ms for s in await sidecars[region].list_snapshots(vs.name)]
     finally:
         for nc in ncs.values():
             await close_quietly(nc)
@@ -518,7 +513,7 @@ async def failover(
         bound=bound,
         snapshot_used=used_text,
         snapshot_positions=f"{TAKEOVER_REGION} resumed after position {used.position}",
-        snapshot_latencies_ms=list(latencies.values()),
+        snapshot_durations_ms=durations,
         loss_to_first_s=first_east - lost_at,
     )
 
@@ -527,7 +522,7 @@ def print_failover(report: FailoverReport, regions: Sequence[str]) -> None:
     def per_region(counts: dict[str, int], where: Sequence[str] = regions) -> str:
         return "  ".join(f"{r} {counts.get(r, 0)}" for r in where)
 
-    latencies = report.snapshot_latencies_ms
+    durations = report.snapshot_durations_ms
     print(f"\nfailover of durable {DURABLE!r} from {FAILED_REGION} to {TAKEOVER_REGION}")
     print(f"published (acknowledged):  {per_region(report.published)} (+ the check's messages)")
     if any(report.unconfirmed.values()):
@@ -547,11 +542,11 @@ def print_failover(report: FailoverReport, regions: Sequence[str]) -> None:
         "used started)"
     )
     print(f"snapshot used:             {report.snapshot_used}; {report.snapshot_positions}")
-    if latencies:
+    if durations:
         print(
-            f"snapshot completion:       p50 {percentile(latencies, 50):.1f} ms, "
-            f"p99 {percentile(latencies, 99):.1f} ms over {len(latencies)} snapshots of all "
-            "regions (first request to completed-snapshot marker, as stored in the read stream)"
+            f"snapshot completion:       p50 {percentile(durations, 50):.0f} ms, "
+            f"p99 {percentile(durations, 99):.0f} ms over {len(durations)} snapshots of all "
+            "regions (ListSnapshots of the sidecars)"
         )
     print(
         f"loss of {FAILED_REGION} -> first message consumed in {TAKEOVER_REGION}: "
