@@ -1,10 +1,10 @@
 """`rsub dev up|down`: a detached local super-cluster for manual work and the demo.
 
 Every process `up` starts is listed in cluster.json under "pids"; `down` stops exactly
-those (after checking each still runs from DIR) and nothing else. To start more processes
-with the cluster (e.g. one sidecar per region), spawn them with `spawn_process(...,
-detached=True)` after `_start_cluster`, add their PIDs to "pids" and their details under a
-new key of the description before `write_cluster_json`.
+those (after checking each still runs from DIR) and nothing else. With `--sidecars`, `up`
+also starts one detached `rsub run --config DIR/sidecar-REGION.yaml` per region once the
+servers are ready, and describes them under "sidecars" (their PIDs are in "pids" too);
+`down` stops those first so they can drain while NATS is still there.
 """
 
 from __future__ import annotations
@@ -13,26 +13,40 @@ import argparse
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import structlog
+import yaml
 
+from sidecar.config import Config
 from sidecar.dev.cluster import (
     CLUSTER_FILE,
     ClusterError,
     LocalSuperCluster,
+    _log_tail,
     pid_alive,
     process_belongs_to,
     read_cluster_json,
+    spawn_process,
+    stop_process,
     write_cluster_json,
 )
+from sidecar.dev.ports import HOST, free_ports
+from sidecar.dev.sidecars import sidecar_settings
+from sidecar.nats.names import VirtualStream
 
 log = structlog.get_logger(__name__)
 
 _DOWN_TIMEOUT_S = 10.0
+_SIDECAR_START_ATTEMPTS = 3
+_HTTP_TIMEOUT_S = 2.0
+_POLL_S = 0.1
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,7 +79,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--servers-per-region", type=int, choices=(1, 3), default=1)
     up.add_argument("--max-memory", default="256MB", help="JetStream memory store per server")
     up.add_argument("--max-file", default="2GB", help="JetStream file store per server")
-    up.add_argument("--timeout", type=float, default=60, help="seconds to wait for readiness")
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=60,
+        help="seconds to wait for the servers' readiness, and then for each sidecar's",
+    )
+    up.add_argument(
+        "--sidecars",
+        action="store_true",
+        help=(
+            "also start one detached sidecar per region (`rsub run --config "
+            "DIR/sidecar-REGION.yaml`, log in DIR/sidecar-REGION.log), one after the other, "
+            "each waited for until its /readyz answers 200"
+        ),
+    )
+    up.add_argument(
+        "--stream",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="virtual stream the sidecars serve (repeatable; required with --sidecars)",
+    )
     up.set_defaults(handler=cmd_up)
 
     down = commands.add_parser(
@@ -73,7 +108,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="stop the processes listed in DIR/cluster.json",
         description=(
             "Stop exactly the processes listed in DIR/cluster.json (SIGTERM, then SIGKILL), "
-            "skipping any PID that no longer runs from DIR. Data and logs stay in DIR."
+            "sidecars first (they drain while NATS is up), then servers, skipping any PID "
+            "that no longer runs from DIR. Data and logs stay in DIR."
         ),
     )
     down.add_argument("--dir", required=True, type=Path, help="directory given to `up`")
@@ -92,7 +128,115 @@ def _parse_regions(text: str) -> list[str]:
     return [r.strip() for r in text.split(",") if r.strip()]
 
 
-async def _start_cluster(args: argparse.Namespace) -> LocalSuperCluster:
+def _check_streams(args: argparse.Namespace) -> str:
+    """Why `--sidecars`/`--stream` cannot be used as given, or "" (checked before any start)."""
+    if args.sidecars and not args.stream:
+        return "--sidecars needs at least one --stream NAME (the virtual streams they serve)"
+    if args.stream and not args.sidecars:
+        return "--stream is only used with --sidecars"
+    if dups := sorted({s for s in args.stream if args.stream.count(s) > 1}):
+        return f"--stream: {dups} given more than once"
+    regions = tuple(_parse_regions(args.regions))
+    for name in args.stream:
+        try:
+            VirtualStream(name, regions)
+        except ValueError as exc:
+            return f"--stream {name!r}: {exc}"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Sidecar:
+    """A detached `rsub run` process started by `up`."""
+
+    region: str
+    proc: subprocess.Popen[bytes]
+    grpc_port: int
+    http_port: int
+    log_path: Path
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "grpc": f"{HOST}:{self.grpc_port}",
+            "http": f"http://{HOST}:{self.http_port}",
+            "pid": self.proc.pid,
+            "log": str(self.log_path),
+        }
+
+    def failure(self, problem: str) -> ClusterError:
+        return ClusterError(
+            f"sidecar of region {self.region!r} {problem}; tail of {self.log_path}:\n"
+            + _log_tail(self.log_path)
+        )
+
+
+async def _wait_sidecar_ready(sidecar: _Sidecar, timeout_s: float) -> None:
+    url = f"http://{HOST}:{sidecar.http_port}/readyz"
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_HTTP_TIMEOUT_S)) as http:
+        while True:
+            if (code := sidecar.proc.poll()) is not None:
+                raise sidecar.failure(f"exited with code {code}")
+            try:
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+                    problem = f"{url} answers {resp.status} {await resp.text()}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                problem = f"{url} not reachable ({exc!r})"
+            if time.monotonic() > deadline:
+                raise sidecar.failure(f"not ready after {timeout_s:g}s: {problem}")
+            await asyncio.sleep(_POLL_S)
+
+
+async def _start_sidecar(
+    cluster: LocalSuperCluster, region: str, streams: list[str], timeout_s: float
+) -> _Sidecar:
+    """Write DIR/sidecar-REGION.yaml, spawn `rsub run` detached, wait for /readyz 200.
+
+    Ports are picked free and released before the child binds them: when another process
+    took one in between (the child logs "cannot listen"), try again on new ports.
+    """
+    config_path = cluster.directory / f"sidecar-{region}.yaml"
+    log_path = cluster.directory / f"sidecar-{region}.log"
+    argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(config_path)]
+    attempt = 1
+    while True:
+        grpc_port, http_port = free_ports(2)
+        settings = sidecar_settings(
+            cluster,
+            region,
+            streams=streams,
+            grpc_listen=f"{HOST}:{grpc_port}",
+            http_listen=f"{HOST}:{http_port}",
+            log_level="info",
+        )
+        settings["log"] = {**settings["log"], "format": "json"}
+        Config.from_mapping(settings)  # a bad configuration fails here, not in the child
+        config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
+        log_offset = log_path.stat().st_size if log_path.exists() else 0
+        proc = spawn_process(argv, log_path, detached=True)
+        sidecar = _Sidecar(region, proc, grpc_port, http_port, log_path)
+        try:
+            await _wait_sidecar_ready(sidecar, timeout_s)
+            return sidecar
+        except ClusterError:
+            await stop_process(proc)
+            with log_path.open("rb") as log_file:
+                log_file.seek(log_offset)
+                taken = b"cannot listen" in log_file.read()
+            if not taken or attempt == _SIDECAR_START_ATTEMPTS:
+                raise
+            log.warning("sidecar_start_retrying", region=region, attempt=attempt)
+        except BaseException:
+            await stop_process(proc)
+            raise
+        attempt += 1
+
+
+async def _start(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the servers (and sidecars); return the cluster.json content. Whatever was
+    started is stopped again when a later step fails."""
     cluster = LocalSuperCluster(
         _parse_regions(args.regions),
         args.dir,
@@ -103,11 +247,28 @@ async def _start_cluster(args: argparse.Namespace) -> LocalSuperCluster:
         detached=True,
     )
     await cluster.start(ready_timeout=args.timeout)
-    return cluster
+    sidecars: list[_Sidecar] = []
+    try:
+        if args.sidecars:
+            # One after the other: the first applies the topology, the others find it.
+            for region in cluster.regions:
+                sidecars.append(await _start_sidecar(cluster, region, args.stream, args.timeout))
+    except BaseException:
+        await asyncio.gather(*(stop_process(s.proc) for s in sidecars))
+        await cluster.stop()
+        raise
+    description = cluster.describe()
+    if sidecars:
+        description["pids"] += [s.proc.pid for s in sidecars]
+        description["sidecars"] = {s.region: s.describe() for s in sidecars}
+    return description
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     directory: Path = args.dir.resolve()
+    if problem := _check_streams(args):
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     try:
         existing = read_cluster_json(directory)
     except ClusterError as exc:
@@ -122,15 +283,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 1
     started = time.monotonic()
     try:
-        cluster = asyncio.run(_start_cluster(args))
+        description = asyncio.run(_start(args))
     except (ClusterError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    description = cluster.describe()
     path = write_cluster_json(directory, description)
     print(f"cluster ready in {time.monotonic() - started:.1f}s, described in {path}")
     for region, urls in description["regions"].items():
         print(f"  {region}: {' '.join(urls['servers'])}")
+    for region, sidecar in description.get("sidecars", {}).items():
+        print(f"  {region} sidecar: grpc {sidecar['grpc']}, http {sidecar['http']}")
     return 0
 
 
@@ -170,13 +332,22 @@ def cmd_down(args: argparse.Namespace) -> int:
             print(f"error: no {CLUSTER_FILE} in {directory}", file=sys.stderr)
             return 1
         listed = [pid for pid in description.get("pids", []) if isinstance(pid, int)]
-        stopped = stop_pids(directory, listed)
+        sidecar_pids = {
+            entry.get("pid")
+            for entry in (description.get("sidecars") or {}).values()
+            if isinstance(entry, dict)
+        }
+        # Sidecars first: on SIGTERM they drain and give their lease up, which needs NATS.
+        sidecars = stop_pids(directory, [pid for pid in listed if pid in sidecar_pids])
+        others = stop_pids(directory, [pid for pid in listed if pid not in sidecar_pids])
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    skipped = sorted(set(listed) - set(stopped))
+    skipped = sorted(set(listed) - set(sidecars) - set(others))
     (directory / CLUSTER_FILE).unlink()
-    print(f"stopped {len(stopped)} process(es) from {directory}: {stopped}")
+    if sidecars:
+        print(f"stopped {len(sidecars)} sidecar(s) from {directory}: {sidecars}")
+    print(f"stopped {len(others)} server process(es) from {directory}: {others}")
     if skipped:
         print(f"skipped (not running, or not a process of {directory}): {skipped}")
     return 0
