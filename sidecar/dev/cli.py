@@ -200,6 +200,7 @@ async def _start_sidecar(
     config_path = cluster.directory / f"sidecar-{region}.yaml"
     log_path = cluster.directory / f"sidecar-{region}.log"
     argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(config_path)]
+    started = time.monotonic()
     attempt = 1
     while True:
         grpc_port, http_port = free_ports(2)
@@ -219,6 +220,8 @@ async def _start_sidecar(
         sidecar = _Sidecar(region, proc, grpc_port, http_port, log_path)
         try:
             await _wait_sidecar_ready(sidecar, timeout_s)
+            seconds = round(time.monotonic() - started, 2)
+            log.info("sidecar_ready", region=region, pid=proc.pid, seconds=seconds)
             return sidecar
         except ClusterError:
             await stop_process(proc)
