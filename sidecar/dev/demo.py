@@ -55,6 +55,7 @@ PUBLISH_BATCH = 500
 _FETCH_BATCH = 100
 _FETCH_WAIT_S = 0.25
 _STEP_TIMEOUT_S = 60.0
+ACK_TIMEOUT_S = 10.0
 
 
 class Progress:
@@ -294,7 +295,7 @@ class Consumer:
                         time.monotonic(),
                     )
                 )
-                await msg.ack_sync()
+                await msg.ack_sync(timeout=ACK_TIMEOUT_S)
 
     def in_region(self, region: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.region == region]
@@ -429,13 +430,13 @@ async def failover(
             lost_at = time.monotonic()
             await cluster.stop_region(FAILED_REGION)
             work.stop_producer(FAILED_REGION)
+            # Where east's durable starts: updates still on their way can only move it further.
+            east_view = await east.get_subscription(vs.name, DURABLE)
+            used = next(a for a in east_view.applied if a.from_region == FAILED_REGION)
             work.consume_in(ncs[TAKEOVER_REGION], TAKEOVER_REGION)
             # The sidecar's state outlives its region: it tells which snapshots it took.
             west_snapshots = {s.id: s for s in await west.list_snapshots(vs.name)}
-            # Runtime.stop raises the same nats-py ConnectionResetError while reconnecting (bug
-            # reported: NatsConnection.close lets OSError out); the sidecar is stopped anyway.
-            with contextlib.suppress(OSError):
-                await sidecars.stop(FAILED_REGION)
+            await sidecars.stop(FAILED_REGION)
             await close_quietly(ncs.pop(FAILED_REGION))
             progress.show(f"{FAILED_REGION} killed; consuming {DURABLE!r} in {TAKEOVER_REGION}")
             progress.done()
@@ -476,8 +477,6 @@ async def failover(
                 )
             progress.done()
 
-            east_view = await east.get_subscription(vs.name, DURABLE)
-            used = next(a for a in east_view.applied if a.from_region == FAILED_REGION)
             snapshot = west_snapshots.get(used.snapshot_id)
             first_east = min(
                 (d.at for d in consumer.in_region(TAKEOVER_REGION)), default=float("nan")

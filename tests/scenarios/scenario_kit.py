@@ -30,6 +30,7 @@ from sidecar.runtime import Runtime
 
 # Long enough for a busy 2-core machine; every wait polls a condition until this deadline.
 DEADLINE_S = 45.0
+ACK_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ async def consume(
         with contextlib.suppress(nats.errors.TimeoutError):
             for msg in await sub.fetch(count - len(got), timeout=0.5):
                 got.append(delivered(msg, region))
-                await msg.ack_sync()
+                await msg.ack_sync(timeout=ACK_TIMEOUT_S)
         return len(got) >= count
 
     await wait_until(enough, f"{count} messages of {durable} in {region}", DEADLINE_S)
@@ -144,7 +145,7 @@ async def consume_all(
             return wanted <= {d.payload for d in got}
         for msg in msgs:
             got.append(delivered(msg, region))
-            await msg.ack_sync()
+            await msg.ack_sync(timeout=ACK_TIMEOUT_S)
         return False
 
     await wait_until(drained, f"{durable} in {region} to receive {len(wanted)}", DEADLINE_S)
