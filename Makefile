@@ -6,10 +6,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java demo test lint proto proto-check unit soak bench clean
+.PHONY: help venv java demo demo-spark test lint proto proto-check unit soak bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
+	@echo "make demo-spark - the example Spark pipeline through a regional failover"
 	@echo "make test   - set up, lint and run the whole test suite"
 	@echo "make proto  - regenerate Python code from protos/"
 	@echo "make soak SECONDS=600 - run the protocol simulation for as long as asked"
@@ -48,6 +49,9 @@ test: $(STAMP) java lint
 
 demo: $(STAMP)
 	$(BIN)/python -m sidecar.dev.demo
+
+demo-spark: $(STAMP) java
+	$(BIN)/python -m spark_jobs.demo_failover
 
 soak: $(STAMP)
 	$(BIN)/python -m sidecar.sim.soak --seconds $${SECONDS:-600}

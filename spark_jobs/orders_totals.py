@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 from pyspark.errors import AnalysisException
@@ -107,8 +107,11 @@ def start(
     available_now: bool = False,
     trigger_interval: str = "1 second",
     query_name: str = "orders_totals",
+    on_batch: Callable[[DataFrame, int], None] | None = None,
 ) -> tuple[StreamingQuery, rsub_spark.CursorCommitListener | None]:
-    """Starts the pipeline; with a subscription and a sidecar, commits its progress there."""
+    """Starts the pipeline; with a subscription and a sidecar, commits its progress there.
+    `on_batch(batch, batch_id)` sees every micro-batch before it is appended (to observe
+    what the sink receives)."""
     rsub_spark.register(spark)
     parsed = rsub_spark.parse_options(options)
     listener = None
@@ -116,6 +119,8 @@ def start(
         listener = rsub_spark.attach_cursor_commits(spark, options, query_name)
 
     def write(batch: DataFrame, batch_id: int) -> None:
+        if on_batch is not None:
+            on_batch(batch, batch_id)
         added = append_new_orders(batch, table)
         log.info("orders_totals.batch", batch=batch_id, added=added)
 
