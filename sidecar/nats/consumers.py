@@ -177,12 +177,15 @@ async def move_forward(
 ) -> MoveOutcome:
     """Make `durable`'s ack floor at least `position` (clamped); never moves it back.
 
+    A consumer that already delivered up to `position` is left alone: its own acks get it
+    there, and a reset would rewind its delivery (redelivering, acks in flight unanswered).
     Raises `nats.js.errors.NotFoundError` when the durable does not exist.
     """
     info = await api_request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
     before = int((info.get("ack_floor") or {}).get("stream_seq", 0))
+    delivered = int((info.get("delivered") or {}).get("stream_seq", 0))
     start = await _clamped_start(nc, stream, position, timeout_s)
-    if start - 1 <= before:
+    if start - 1 <= max(before, delivered):
         return MoveOutcome(False, before, before)
     reply = await api_request(
         nc, f"CONSUMER.RESET.{stream}.{durable}", {"seq": start}, timeout_s=timeout_s
