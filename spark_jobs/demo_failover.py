@@ -224,7 +224,7 @@ def spark_session(directory: Path) -> SparkSession:
 def stop_spark(spark: SparkSession) -> None:
     for query in spark.streams.active:
         with contextlib.suppress(Exception):
-            query.stop()
+            stop_between_batches(query, timeout_s=3)
     spark.stop()
 
 
