@@ -9,39 +9,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-from scenario_kit import clients
+from scenario_kit import (
+    INTERVAL_MS,
+    LEASE_TTL_S,
+    THREE_REGION_STREAMS,
+    TIMEOUT_S,
+    TWO_REGION_STREAMS,
+    World,
+    clients,
+)
 
 from sidecar.dev.cluster import LocalSuperCluster
 from sidecar.dev.sidecars import RegionSidecars
-from sidecar.nats.names import VirtualStream
-
-# Short enough that scenarios finish quickly, long enough for a loaded 2-core machine.
-INTERVAL_MS = 200
-TIMEOUT_S = 3.0
-LEASE_TTL_S = 3.0
-
-# Streams of the shared two-region world, one per scenario.
-TWO_REGION_STREAMS = ("six", "standby", "idle", "toggle", "api", "junk")
-THREE_REGION_STREAMS = ("rounds",)
-
-
-@dataclass
-class World:
-    cluster: LocalSuperCluster
-    sidecars: RegionSidecars
-    conns: dict[str, Client]
-
-    def js(self, region: str) -> JetStreamContext:
-        return self.conns[region].jetstream()
-
-    def stream(self, name: str) -> VirtualStream:
-        return VirtualStream(name, tuple(self.cluster.regions))
 
 
 @contextlib.asynccontextmanager

@@ -1,7 +1,8 @@
 """What the scenario tests share: clients, durables, paced publishing, consumption, metrics.
 
-Imported by the scenario modules (their directory is on sys.path through pytest's rootdir
-conftest handling, like `tests/runtime/runtime_servers.py`).
+Imported by the scenario modules and their conftest (the directory is on sys.path through
+pytest's conftest handling, like `tests/runtime/runtime_servers.py`). Never import from
+`conftest` itself: other test directories have one too.
 """
 
 from __future__ import annotations
@@ -23,10 +24,35 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar.api.backend import SnapshotView
 from sidecar.api.errors import NotFound
 from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.sidecars import read_stored, wait_until
+from sidecar.dev.sidecars import RegionSidecars, read_stored, wait_until
 from sidecar.nats.consumers import REPLICATE_KEY
 from sidecar.nats.names import VirtualStream
 from sidecar.runtime import Runtime
+
+# Short enough that scenarios finish quickly, long enough for a loaded 2-core machine.
+INTERVAL_MS = 200
+TIMEOUT_S = 3.0
+LEASE_TTL_S = 3.0
+
+# Streams of the shared two-region world, one per scenario.
+TWO_REGION_STREAMS = ("six", "standby", "idle", "toggle", "api", "junk")
+THREE_REGION_STREAMS = ("rounds",)
+
+
+@dataclass
+class World:
+    """A cluster with one sidecar per region and a client per region (see conftest)."""
+
+    cluster: LocalSuperCluster
+    sidecars: RegionSidecars
+    conns: dict[str, Client]
+
+    def js(self, region: str) -> JetStreamContext:
+        return self.conns[region].jetstream()
+
+    def stream(self, name: str) -> VirtualStream:
+        return VirtualStream(name, tuple(self.cluster.regions))
+
 
 # Long enough for a busy 2-core machine; every wait polls a condition until this deadline.
 DEADLINE_S = 45.0

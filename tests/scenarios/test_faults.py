@@ -11,12 +11,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import INTERVAL_MS, LEASE_TTL_S, TIMEOUT_S
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from scenario_kit import (
     DEADLINE_S,
+    INTERVAL_MS,
+    LEASE_TTL_S,
+    TIMEOUT_S,
     ack_floor,
     clients,
     consume,

@@ -4,9 +4,9 @@ east) without losing a message. Real servers and one sidecar per region."""
 from __future__ import annotations
 
 import pytest
-from conftest import World
 from scenario_kit import (
     DEADLINE_S,
+    World,
     applied_from,
     consume,
     consume_all,

@@ -1,7 +1,7 @@
 """Pulsar's replicated-subscription scenarios on NATS: two regions, real servers and sidecars.
 
 All tests share one cluster (west, east) with one sidecar per region; each test has a virtual
-stream of its own (see conftest.TWO_REGION_STREAMS).
+stream of its own (see scenario_kit.TWO_REGION_STREAMS).
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import asyncio
 
 import grpc
 import pytest
-from conftest import INTERVAL_MS, World
 from nats.js.errors import NotFoundError
 from scenario_kit import (
     DEADLINE_S,
+    INTERVAL_MS,
+    World,
     ack_floor,
     applied_from,
     consume,
