@@ -109,10 +109,10 @@ class Layout:
         return [m for m in self.stored if start < m[0] <= end and m[1].startswith(prefix)]
 
 
-async def enable_direct_get(nc: NATS, stream: str) -> None:
+async def set_direct_get(nc: NATS, stream: str, allow: bool) -> None:
     """Sets allow_direct on `stream`, every other field of its configuration untouched."""
     info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)).data)
-    config = {**info["config"], "allow_direct": True}
+    config = {**info["config"], "allow_direct": allow}
     reply = await nc.request(f"$JS.API.STREAM.UPDATE.{stream}", json.dumps(config).encode(), 5)
     if "error" in json.loads(reply.data):
         raise RuntimeError(f"cannot set allow_direct on {stream}: {reply.data!r}")
@@ -120,12 +120,12 @@ async def enable_direct_get(nc: NATS, stream: str) -> None:
 
 async def create_layout(nc: NATS, name: str, *, direct: bool = True) -> VirtualStream:
     """The streams of `name` in regions west and east on one server; the read streams allow
-    direct get unless `direct` is False (then the reader falls back to a consumer)."""
+    direct get (as the topology makes them) unless `direct` is False (then the reader falls
+    back to a consumer)."""
     vstream = VirtualStream(name, REGIONS)
     await apply_topology(nc, vstream, cluster_for_region=lambda _: None)
-    if direct:
-        for region in REGIONS:
-            await enable_direct_get(nc, vstream.read_stream(region))
+    for region in REGIONS:
+        await set_direct_get(nc, vstream.read_stream(region), direct)
     return vstream
 
 

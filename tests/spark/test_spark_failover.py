@@ -20,7 +20,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 from pyspark.sql import SparkSession
-from spark_helpers import Published, enable_direct_get, publish_orders, wait_sourced
+from spark_helpers import Published, publish_orders, wait_sourced
 
 from sidecar.dev.cluster import LocalSuperCluster
 from sidecar.dev.sidecars import RegionSidecars
@@ -98,9 +98,8 @@ async def test_a_fresh_query_in_another_region_continues_the_subscription(
         east_sidecar = f"127.0.0.1:{sidecars['east'].grpc_port}"
         nc = await nats.connect(cluster2.servers("east"))
         try:
-            # Direct gets let the east query read while east is cut off from the meta leader.
-            for region in vstream.regions:
-                await enable_direct_get(nc, vstream.read_stream(region))
+            # The topology makes read streams allow direct gets: they let the east query read
+            # while east is cut off from the meta leader.
             published: list[Published] = await publish_orders(nc, vstream, 60, markers=False)
             await wait_sourced(nc, vstream, 60, region="west")
             west_options = {
