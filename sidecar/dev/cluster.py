@@ -10,7 +10,6 @@ URL so that gossiped URLs can never bypass the proxies.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import os
 import re
@@ -46,7 +45,6 @@ _SIZE_PATTERN = re.compile(r"(\d+)\s*([KMGT]?)B?\Z", re.IGNORECASE)
 _STOP_TIMEOUT_S = 5.0
 _HTTP_TIMEOUT_S = 2.0
 _START_ATTEMPTS = 3
-_PR_SET_PDEATHSIG = 1
 _SOURCE_IDLE_S = 3.0
 
 
@@ -158,10 +156,15 @@ def server_config(
     }
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: die when the test process dies.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _die_with_parent(argv: Sequence[str]) -> list[str]:
+    """`argv` run so that the kernel kills it when the calling process dies.
+
+    `setpriv --pdeathsig` sets that up in the child itself. A `preexec_fn` doing the same
+    would force a plain fork() of this process, whose fork handlers (gRPC's among them)
+    then run in the child and can kill it before it execs.
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else list(argv)
 
 
 def spawn_process(
@@ -170,17 +173,15 @@ def spawn_process(
     """Start `argv` with stdout and stderr appended to `log_path`.
 
     Detached processes get their own session and outlive the caller (CLI mode); attached
-    ones are killed by the kernel when the calling process dies.
+    ones are killed by the kernel when the calling process dies (where `setpriv` exists).
     """
     with log_path.open("ab") as log_file:
-        preexec: Callable[[], None] | None = None if detached else _die_with_parent
         return subprocess.Popen(
-            list(argv),
+            list(argv) if detached else _die_with_parent(argv),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=detached,
-            preexec_fn=preexec,
         )
 
 
