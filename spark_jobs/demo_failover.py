@@ -560,8 +560,8 @@ def print_outcome(outcome: Outcome) -> None:
     per_query = "  ".join(f"{q} {n}" for q, n in outcome.delivered.items())
     print(f"delivered to the sink:     {sum(outcome.delivered.values())} rows ({per_query})")
     print(
-        f"delivered twice:           {outcome.twice} (consumed in {LOST} after the last "
-        f"snapshot that reached {TAKEOVER}, read again there; the table kept one row each)"
+        f"delivered twice:           {outcome.twice} (read in {LOST} after the last snapshot "
+        f"that reached {TAKEOVER}, and again in {TAKEOVER})"
     )
     print(
         f"table:                     {outcome.table_rows} rows, {outcome.table_duplicates} "
@@ -602,6 +602,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: everything was stopped", file=sys.stderr)
         return 130
+    except (RuntimeError, TimeoutError) as error:
+        # A query failed or a step did not finish in time; everything was stopped.
+        print(f"\nFAILED: {error}", file=sys.stderr)
+        return 1
     print_outcome(outcome)
     print(f"total time {time.monotonic() - started:.1f} s")
     return 0 if outcome.ok else 1
