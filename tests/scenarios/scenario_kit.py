@@ -18,7 +18,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.api.backend import SnapshotView
@@ -57,6 +57,8 @@ class World:
 # Long enough for a busy 2-core machine; every wait polls a condition until this deadline.
 DEADLINE_S = 45.0
 ACK_TIMEOUT_S = 10.0
+# A fetch that got nothing: none pending, or (503) a consumer just created is not serving yet.
+NOTHING_YET = (nats.errors.TimeoutError, ServiceUnavailableError)
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ async def consume(
     got: list[Delivered] = []
 
     async def enough() -> bool:
-        with contextlib.suppress(nats.errors.TimeoutError):
+        with contextlib.suppress(*NOTHING_YET):
             for msg in await sub.fetch(count - len(got), timeout=0.5):
                 got.append(delivered(msg, region))
                 await msg.ack_sync(timeout=ACK_TIMEOUT_S)
@@ -169,6 +171,8 @@ async def consume_all(
             msgs = await sub.fetch(100, timeout=0.5)
         except nats.errors.TimeoutError:
             return wanted <= {d.payload for d in got}
+        except ServiceUnavailableError:
+            return False
         for msg in msgs:
             got.append(delivered(msg, region))
             await msg.ack_sync(timeout=ACK_TIMEOUT_S)
