@@ -41,7 +41,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from sidecar.config import Config
 from sidecar.dev.cluster import LocalSuperCluster, spawn_process, stop_process
 from sidecar.dev.ports import HOST, free_ports
-from sidecar.nats.names import VirtualStream
+from sidecar.nats.names import SOURCE_HEADER, VirtualStream
 from sidecar.protocol import Marker, Rejected, Request, Snapshot, decode
 from sidecar.runtime import Runtime
 
@@ -146,6 +146,36 @@ def snapshot_latencies_ms(markers: Sequence[StoredMarker], region: str) -> dict[
         elif isinstance(body, Snapshot) and str(body.id) in requested:
             latencies[str(body.id)] = item.stored_unix_ms - requested[str(body.id)]
     return latencies
+
+
+async def in_flight_count(
+    conns: Mapping[str, Client],
+    vs: VirtualStream,
+    receiver: str,
+    after_seq: int,
+    before_unix_ms: float,
+    origins: Sequence[str],
+) -> int:
+    """Messages of `origins` that `receiver`'s read stream holds after `after_seq` although
+    their write stream had them before `before_unix_ms`: in flight to `receiver` then.
+
+    With three regions or more, the duplicates of a failover that resumes after position
+    `p` of a snapshot started at `t` are at most the messages consumed in the old region that
+    reached it after `t`, plus these (sourcing from one region to another can lag behind the
+    snapshot's request). `conns` needs a client for `receiver` and for every origin.
+    """
+    late = [
+        origin
+        for s in await read_stored(conns[receiver], vs.read_stream(receiver), vs.data_filter())
+        if s.seq > after_seq
+        and (origin := vs.origin_of(s.headers.get(SOURCE_HEADER, ""))) is not None
+        and origin[0] in origins
+    ]
+    written: dict[str, dict[int, float]] = {}
+    for region in {r for r, _ in late}:
+        stored = await read_stored(conns[region], vs.write_stream(region), vs.data_subject(region))
+        written[region] = {s.seq: s.stored_unix_ms for s in stored}
+    return sum(1 for r, seq in late if written[r].get(seq, before_unix_ms) < before_unix_ms)
 
 
 def sidecar_settings(
