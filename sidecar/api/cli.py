@@ -1,4 +1,7 @@
-"""Human commands that ask a running sidecar over gRPC: `status`, `subscriptions`, `snapshots`.
+"""Human commands that talk to a running sidecar over gRPC.
+
+Reads: `status`, `subscriptions`, `snapshots`. Admin writes (leader only, token when the
+sidecar has one): `trigger-snapshot`, `set-replicated`.
 
 Tables for people, `--json` for scripts (keys are the view field names of
 `sidecar/api/backend.py`). Exit codes: 0 ok, 1 the sidecar answered with an error,
@@ -64,52 +67,94 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     snapshots.add_argument("stream")
     snapshots.set_defaults(handler=_snapshots)
+    trigger = subparsers.add_parser(
+        "trigger-snapshot", parents=[common], help="start a snapshot of a stream now (leader)"
+    )
+    trigger.add_argument("stream")
+    trigger.set_defaults(handler=_trigger_snapshot)
+    set_replicated = subparsers.add_parser(
+        "set-replicated",
+        parents=[common],
+        help="turn replication of a durable on or off in this region (leader)",
+    )
+    set_replicated.add_argument("stream")
+    set_replicated.add_argument("subscription")
+    set_replicated.add_argument("replicated", type=_on_off, help="on or off (or true/false)")
+    set_replicated.set_defaults(handler=_set_replicated)
+
+
+_SWITCH_WORDS = {"on": True, "true": True, "off": False, "false": False}
+
+
+def _on_off(text: str) -> bool:
+    try:
+        return _SWITCH_WORDS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected on, off, true or false, not {text!r}") from None
 
 
 # --- commands -----------------------------------------------------------------------------
 
 
+def _admin(channel: grpc.Channel) -> Any:
+    return api_pb2_grpc.AdminServiceStub(channel)
+
+
+def _cursor(channel: grpc.Channel) -> Any:
+    return api_pb2_grpc.CursorServiceStub(channel)
+
+
 def _status(args: argparse.Namespace) -> int:
-    def run(channel: grpc.Channel, metadata: Sequence[tuple[str, str]]) -> str:
-        reply = api_pb2_grpc.AdminServiceStub(channel).Status(
-            api_pb2.StatusRequest(), metadata=metadata, timeout=args.timeout
-        )
+    def render(reply: Any) -> str:
         view = convert.status_from_proto(reply)
         return _json(dataclasses.asdict(view)) if args.json else _status_text(view)
 
-    return _call(args, run)
+    return _call(args, lambda ch: _admin(ch).Status, api_pb2.StatusRequest(), render)
 
 
 def _subscriptions(args: argparse.Namespace) -> int:
-    def run(channel: grpc.Channel, metadata: Sequence[tuple[str, str]]) -> str:
-        reply = api_pb2_grpc.CursorServiceStub(channel).ListSubscriptions(
-            api_pb2.ListSubscriptionsRequest(stream=args.stream),
-            metadata=metadata,
-            timeout=args.timeout,
-        )
+    def render(reply: Any) -> str:
         views = [convert.subscription_from_proto(s) for s in reply.subscriptions]
         if args.json:
             subs = [dataclasses.asdict(v) for v in views]
             return _json({"stream": args.stream, "subscriptions": subs})
         return _subscriptions_text(args.stream, views)
 
-    return _call(args, run)
+    request = api_pb2.ListSubscriptionsRequest(stream=args.stream)
+    return _call(args, lambda ch: _cursor(ch).ListSubscriptions, request, render)
 
 
 def _snapshots(args: argparse.Namespace) -> int:
-    def run(channel: grpc.Channel, metadata: Sequence[tuple[str, str]]) -> str:
-        reply = api_pb2_grpc.CursorServiceStub(channel).ListSnapshots(
-            api_pb2.ListSnapshotsRequest(stream=args.stream),
-            metadata=metadata,
-            timeout=args.timeout,
-        )
+    def render(reply: Any) -> str:
         views = [convert.snapshot_from_proto(s) for s in reply.snapshots]
         if args.json:
             snaps = [dataclasses.asdict(v) for v in views]
             return _json({"stream": args.stream, "snapshots": snaps})
         return _snapshots_text(args.stream, views)
 
-    return _call(args, run)
+    request = api_pb2.ListSnapshotsRequest(stream=args.stream)
+    return _call(args, lambda ch: _cursor(ch).ListSnapshots, request, render)
+
+
+def _trigger_snapshot(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        if args.json:
+            return _json({"stream": args.stream, "snapshot_id": reply.snapshot_id})
+        return str(reply.snapshot_id)
+
+    request = api_pb2.TriggerSnapshotRequest(stream=args.stream)
+    return _call(args, lambda ch: _admin(ch).TriggerSnapshot, request, render)
+
+
+def _set_replicated(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        view = convert.subscription_from_proto(reply.subscription)
+        return _json(dataclasses.asdict(view)) if args.json else _subscriptions_table([view])
+
+    request = api_pb2.SetReplicatedRequest(
+        stream=args.stream, subscription=args.subscription, replicated=args.replicated
+    )
+    return _call(args, lambda ch: _admin(ch).SetReplicated, request, render)
 
 
 # --- connection and errors ----------------------------------------------------------------
@@ -117,8 +162,11 @@ def _snapshots(args: argparse.Namespace) -> int:
 
 def _call(
     args: argparse.Namespace,
-    run: Callable[[grpc.Channel, Sequence[tuple[str, str]]], str],
+    method: Callable[[grpc.Channel], Callable[..., Any]],
+    request: Any,
+    render: Callable[[Any], str],
 ) -> int:
+    """Send `request` to the unary `method` picked on the channel; print `render(reply)`."""
     try:
         channel = _open_channel(args)
     except ValueError as error:
@@ -128,7 +176,8 @@ def _call(
     with channel:
         try:
             _wait_connected(channel, args.timeout)
-            print(run(channel, metadata))
+            reply = method(channel)(request, metadata=metadata, timeout=args.timeout)
+            print(render(reply))
         except _Unreachable as error:
             print(f"error: cannot reach the sidecar at {args.sidecar}: {error}", file=sys.stderr)
             return EXIT_UNREACHABLE
@@ -264,6 +313,10 @@ def _status_text(view: StatusView) -> str:
 def _subscriptions_text(stream: str, views: Sequence[SubscriptionView]) -> str:
     if not views:
         return f"no replicated subscriptions on stream {stream!r}"
+    return _subscriptions_table(views)
+
+
+def _subscriptions_table(views: Sequence[SubscriptionView]) -> str:
     return table(
         (
             "SUBSCRIPTION",

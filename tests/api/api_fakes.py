@@ -24,7 +24,7 @@ from sidecar.api.backend import (
     SubscriptionKind,
     SubscriptionView,
 )
-from sidecar.api.errors import NotFound, NotLeader, Unavailable
+from sidecar.api.errors import FailedPrecondition, NotFound, NotLeader, Unavailable
 
 STREAM = "orders"
 SUBSCRIPTION = "billing"
@@ -162,7 +162,8 @@ class MemoryBackend:
         return view.mark_delete
 
     async def trigger_snapshot(self, stream: str) -> str:
-        self._check(stream)
+        if not any(v.replicated for v in self._check(stream).values()):
+            raise FailedPrecondition(f"stream {stream!r} has no replicated subscription here")
         self.snapshot_counter += 1
         return f"snap-manual-{self.snapshot_counter}"
 

@@ -1,4 +1,4 @@
-"""`rsub status|subscriptions|snapshots` against a real gRPC server (in-memory backend).
+"""`rsub status|subscriptions|snapshots|trigger-snapshot|set-replicated` against a real gRPC server (in-memory backend).
 
 The CLI uses the blocking gRPC client, so it runs in a worker thread while the grpc.aio
 server keeps serving on the test's event loop.
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from api_fakes import STREAM, Certs, MemoryBackend
+from api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 
 from sidecar.api.cli import table
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
@@ -173,9 +173,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_unreachable_sidecar_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["trigger-snapshot", STREAM],
+        ["set-replicated", STREAM, SUBSCRIPTION, "off"],
+    ],
+)
+async def test_unreachable_sidecar_exits_2(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
     target = f"127.0.0.1:{free_port()}"
-    code, out, err = await rsub(capsys, "status", "--sidecar", target)
+    code, out, err = await rsub(capsys, *command, "--sidecar", target)
     assert (code, out) == (2, "")
     assert err.startswith(f"error: cannot reach the sidecar at {target}")
 
@@ -217,6 +227,115 @@ async def test_token_and_mutual_tls(
     code, _, err = await rsub(capsys, "subscriptions", STREAM, *target)
     assert code == 2
     assert "cannot reach the sidecar" in err
+
+
+async def test_admin_commands_need_the_token(
+    guarded_server: GrpcServerHandle,
+    capsys: pytest.CaptureFixture[str],
+    certs: Certs,
+    backend: MemoryBackend,
+) -> None:
+    target = ["--sidecar", f"localhost:{guarded_server.port}", "--tls-ca", str(certs.ca)]
+    target += ["--tls-cert", str(certs.client_cert), "--tls-key", str(certs.client_key)]
+    for command in (["trigger-snapshot", STREAM], ["set-replicated", STREAM, SUBSCRIPTION, "off"]):
+        code, out, err = await rsub(capsys, *command, *target)
+        assert (code, out) == (1, "")
+        assert err.startswith("error: UNAUTHENTICATED: ")
+    assert backend.snapshot_counter == 0
+    assert backend.subscriptions[STREAM][SUBSCRIPTION].replicated
+    code, out, err = await rsub(capsys, "trigger-snapshot", STREAM, *target, "--token", "t0ken")
+    assert (code, out, err) == (0, "snap-manual-1\n", "")
+    code, _, err = await rsub(
+        capsys, "set-replicated", STREAM, SUBSCRIPTION, "off", *target, "--token", "t0ken"
+    )
+    assert (code, err) == (0, "")
+    assert not backend.subscriptions[STREAM][SUBSCRIPTION].replicated
+
+
+async def test_trigger_snapshot_prints_id_and_json(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    code, out, err = await rsub(capsys, "trigger-snapshot", STREAM, "--sidecar", target)
+    assert (code, out, err) == (0, "snap-manual-1\n", "")
+    code, out, _ = await rsub(capsys, "trigger-snapshot", STREAM, "--sidecar", target, "--json")
+    assert code == 0
+    assert json.loads(out) == {"stream": STREAM, "snapshot_id": "snap-manual-2"}
+
+
+async def test_trigger_snapshot_without_replicated_subscription(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    for name in list(backend.subscriptions[STREAM]):
+        code, _, _ = await rsub(capsys, "set-replicated", STREAM, name, "off", "--sidecar", target)
+        assert code == 0
+    code, out, err = await rsub(capsys, "trigger-snapshot", STREAM, "--sidecar", target)
+    assert (code, out) == (1, "")
+    assert err.startswith("error: FAILED_PRECONDITION: ") and "no replicated subscription" in err
+
+
+async def test_set_replicated_prints_the_subscription_row(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    code, out, err = await rsub(
+        capsys, "set-replicated", STREAM, SUBSCRIPTION, "off", "--sidecar", target
+    )
+    assert (code, err) == (0, "")
+    assert not backend.subscriptions[STREAM][SUBSCRIPTION].replicated
+    _, listed, _ = await rsub(capsys, "subscriptions", STREAM, "--sidecar", target)
+    header, row = out.splitlines()
+    # The same header and the same row as in the `subscriptions` table.
+    assert header.split() == listed.splitlines()[0].split()
+    assert row.split() == listed.splitlines()[2].split()
+    assert row.split()[:4] == [SUBSCRIPTION, "durable", "no", "41"]
+
+    code, out, _ = await rsub(
+        capsys, "set-replicated", STREAM, SUBSCRIPTION, "ON", "--sidecar", target, "--json"
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert (data["subscription"], data["replicated"], data["mark_delete"]) == (
+        SUBSCRIPTION,
+        True,
+        41,
+    )
+    assert data["applied"][0]["from_region"] == "east"
+    assert backend.subscriptions[STREAM][SUBSCRIPTION].replicated
+
+
+async def test_set_replicated_accepts_true_false_in_any_case(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    for word, expected in (("False", False), ("TRUE", True), ("oFF", False), ("on", True)):
+        code, _, _ = await rsub(
+            capsys, "set-replicated", STREAM, "audit", word, "--sidecar", target
+        )
+        assert code == 0
+        assert backend.subscriptions[STREAM]["audit"].replicated is expected
+
+
+async def test_set_replicated_rejects_other_words(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        await rsub(capsys, "set-replicated", STREAM, SUBSCRIPTION, "maybe")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument replicated: expected on, off, true or false, not 'maybe'" in err
+
+
+async def test_admin_commands_on_a_follower(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    backend.is_leader = False
+    target = f"127.0.0.1:{grpc_server.port}"
+    for command in (["trigger-snapshot", STREAM], ["set-replicated", STREAM, SUBSCRIPTION, "off"]):
+        code, out, err = await rsub(capsys, *command, "--sidecar", target)
+        assert (code, out) == (1, "")
+        assert err.startswith("error: FAILED_PRECONDITION: ") and "follower" in err
+    assert backend.snapshot_counter == 0
+    assert backend.subscriptions[STREAM][SUBSCRIPTION].replicated
 
 
 def test_table_aligns_and_trims() -> None:
