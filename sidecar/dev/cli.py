@@ -13,40 +13,29 @@ import argparse
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import structlog
-import yaml
 
-from sidecar.config import Config
 from sidecar.dev.cluster import (
     CLUSTER_FILE,
     ClusterError,
     LocalSuperCluster,
-    _log_tail,
     pid_alive,
     process_belongs_to,
     read_cluster_json,
-    spawn_process,
-    stop_process,
     write_cluster_json,
 )
-from sidecar.dev.ports import HOST, free_ports
-from sidecar.dev.sidecars import sidecar_settings
+from sidecar.dev.ports import HOST
+from sidecar.dev.sidecars import SidecarProcess, sidecar_settings
 from sidecar.nats.names import VirtualStream
 
 log = structlog.get_logger(__name__)
 
 _DOWN_TIMEOUT_S = 10.0
-_SIDECAR_START_ATTEMPTS = 3
-_HTTP_TIMEOUT_S = 2.0
-_POLL_S = 0.1
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -145,96 +134,32 @@ def _check_streams(args: argparse.Namespace) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class _Sidecar:
-    """A detached `rsub run` process started by `up`."""
-
-    region: str
-    proc: subprocess.Popen[bytes]
-    grpc_port: int
-    http_port: int
-    log_path: Path
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "grpc": f"{HOST}:{self.grpc_port}",
-            "http": f"http://{HOST}:{self.http_port}",
-            "pid": self.proc.pid,
-            "log": str(self.log_path),
-        }
-
-    def failure(self, problem: str) -> ClusterError:
-        return ClusterError(
-            f"sidecar of region {self.region!r} {problem}; tail of {self.log_path}:\n"
-            + _log_tail(self.log_path)
-        )
-
-
-async def _wait_sidecar_ready(sidecar: _Sidecar, timeout_s: float) -> None:
-    url = f"http://{HOST}:{sidecar.http_port}/readyz"
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_HTTP_TIMEOUT_S)) as http:
-        while True:
-            if (code := sidecar.proc.poll()) is not None:
-                raise sidecar.failure(f"exited with code {code}")
-            try:
-                async with http.get(url) as resp:
-                    if resp.status == 200:
-                        return
-                    problem = f"{url} answers {resp.status} {await resp.text()}"
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                problem = f"{url} not reachable ({exc!r})"
-            if time.monotonic() > deadline:
-                raise sidecar.failure(f"not ready after {timeout_s:g}s: {problem}")
-            await asyncio.sleep(_POLL_S)
-
-
 async def _start_sidecar(
     cluster: LocalSuperCluster, region: str, streams: list[str], timeout_s: float
-) -> _Sidecar:
-    """Write DIR/sidecar-REGION.yaml, spawn `rsub run` detached, wait for /readyz 200.
-
-    Ports are picked free and released before the child binds them: when another process
-    took one in between (the child logs "cannot listen"), try again on new ports.
-    """
-    config_path = cluster.directory / f"sidecar-{region}.yaml"
-    log_path = cluster.directory / f"sidecar-{region}.log"
-    argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(config_path)]
+) -> SidecarProcess:
+    """Start `rsub run --config DIR/sidecar-REGION.yaml` detached and wait (`timeout_s` in
+    all) until its /readyz answers 200; a sidecar that does not get there is stopped."""
+    settings = sidecar_settings(cluster, region, streams=streams, log_level="info")
+    sidecar = SidecarProcess(settings, cluster.directory, detached=True)
     started = time.monotonic()
-    attempt = 1
-    while True:
-        grpc_port, http_port = free_ports(2)
-        settings = sidecar_settings(
-            cluster,
-            region,
-            streams=streams,
-            grpc_listen=f"{HOST}:{grpc_port}",
-            http_listen=f"{HOST}:{http_port}",
-            log_level="info",
-        )
-        settings["log"] = {**settings["log"], "format": "json"}
-        Config.from_mapping(settings)  # a bad configuration fails here, not in the child
-        config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
-        log_offset = log_path.stat().st_size if log_path.exists() else 0
-        proc = spawn_process(argv, log_path, detached=True)
-        sidecar = _Sidecar(region, proc, grpc_port, http_port, log_path)
-        try:
-            await _wait_sidecar_ready(sidecar, timeout_s)
-            seconds = round(time.monotonic() - started, 2)
-            log.info("sidecar_ready", region=region, pid=proc.pid, seconds=seconds)
-            return sidecar
-        except ClusterError:
-            await stop_process(proc)
-            with log_path.open("rb") as log_file:
-                log_file.seek(log_offset)
-                taken = b"cannot listen" in log_file.read()
-            if not taken or attempt == _SIDECAR_START_ATTEMPTS:
-                raise
-            log.warning("sidecar_start_retrying", region=region, attempt=attempt)
-        except BaseException:
-            await stop_process(proc)
-            raise
-        attempt += 1
+    await sidecar.start(timeout_s)
+    try:
+        await sidecar.wait_ready(timeout_s - (time.monotonic() - started))
+    except BaseException:
+        await sidecar.stop()
+        raise
+    seconds = round(time.monotonic() - started, 2)
+    log.info("sidecar_ready", region=region, pid=sidecar.pid, seconds=seconds)
+    return sidecar
+
+
+def _describe(sidecar: SidecarProcess) -> dict[str, Any]:
+    return {
+        "grpc": f"{HOST}:{sidecar.grpc_port}",
+        "http": f"http://{HOST}:{sidecar.http_port}",
+        "pid": sidecar.pid,
+        "log": str(sidecar.log_path),
+    }
 
 
 async def _start(args: argparse.Namespace) -> dict[str, Any]:
@@ -250,20 +175,20 @@ async def _start(args: argparse.Namespace) -> dict[str, Any]:
         detached=True,
     )
     await cluster.start(ready_timeout=args.timeout)
-    sidecars: list[_Sidecar] = []
+    sidecars: list[SidecarProcess] = []
     try:
         if args.sidecars:
             # One after the other: the first applies the topology, the others find it.
             for region in cluster.regions:
                 sidecars.append(await _start_sidecar(cluster, region, args.stream, args.timeout))
     except BaseException:
-        await asyncio.gather(*(stop_process(s.proc) for s in sidecars))
+        await asyncio.gather(*(s.stop() for s in sidecars))
         await cluster.stop()
         raise
     description = cluster.describe()
     if sidecars:
-        description["pids"] += [s.proc.pid for s in sidecars]
-        description["sidecars"] = {s.region: s.describe() for s in sidecars}
+        description["pids"] += [s.pid for s in sidecars]
+        description["sidecars"] = {s.region: _describe(s) for s in sidecars}
     return description
 
 

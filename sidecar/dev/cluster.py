@@ -249,7 +249,8 @@ async def stop_process(proc: subprocess.Popen[bytes], *, kill: bool = False) -> 
     await _wait_exit(proc, _STOP_TIMEOUT_S)
 
 
-def _log_tail(path: Path, lines: int = 15) -> str:
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last `lines` lines of the log file at `path` (for error messages)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -481,7 +482,7 @@ class LocalSuperCluster:
                     if proc.poll() is not None:
                         raise ClusterError(
                             f"server {spec.name} exited with code {proc.returncode}; log tail:\n"
-                            + _log_tail(spec.log_path(self.directory))
+                            + log_tail(spec.log_path(self.directory))
                         )
                     problem = await self._server_problem(http, spec)
                     if problem:

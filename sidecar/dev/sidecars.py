@@ -7,7 +7,8 @@ In process (a `Runtime` per region)::
         await sidecars.stop("west")           # graceful stop (releases the lease)
         async with sidecars.replica("west") as follower: ...   # a second replica
 
-In a subprocess (`rsub run --config`), when the sidecar must be SIGKILLed or measured::
+In a subprocess (`rsub run --config`), when the sidecar must be SIGKILLed or measured, or
+outlive the caller (`detached=True`, for `rsub dev up --sidecars`)::
 
     proc = SidecarProcess(sidecar_settings(cluster, "west"), workdir)
     await proc.start(); await proc.wait_ready(60); ...; await proc.kill()
@@ -34,16 +35,25 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
+import structlog
 import yaml
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from sidecar.config import Config
-from sidecar.dev.cluster import LocalSuperCluster, spawn_process, stop_process
+from sidecar.dev.cluster import (
+    ClusterError,
+    LocalSuperCluster,
+    log_tail,
+    spawn_process,
+    stop_process,
+)
 from sidecar.dev.ports import HOST, free_ports
 from sidecar.nats.names import SOURCE_HEADER, VirtualStream
 from sidecar.protocol import Marker, Rejected, Request, Snapshot, decode
 from sidecar.runtime import Runtime
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_STREAMS = ("orders",)
 READY_TIMEOUT_S = 60.0
@@ -189,12 +199,17 @@ def sidecar_settings(
     grpc_listen: str = f"{HOST}:0",
     http_listen: str = f"{HOST}:0",
     log_level: str = "warning",
+    credentials: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The configuration mapping of `region`'s sidecar on `cluster` (YAML-serialisable)."""
+    """The configuration mapping of `region`'s sidecar on `cluster` (YAML-serialisable);
+    `credentials` are the NATS user and password it connects with."""
+    nats: dict[str, Any] = {"servers": cluster.servers(region)}
+    if credentials is not None:
+        nats["user"], nats["password"] = credentials
     return {
         "region": region,
         "regions": list(cluster.regions),
-        "nats": {"servers": cluster.servers(region)},
+        "nats": nats,
         "streams": [{"name": name} for name in streams],
         "snapshot": {"interval_ms": interval_ms, "timeout_s": timeout_s},
         "lease": {"ttl_s": lease_ttl_s},
@@ -217,7 +232,9 @@ class RegionSidecars:
         timeout_s: float = 5.0,
         lease_ttl_s: float = 3.0,
         serve: bool = True,
+        credentials: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
+        """`credentials` maps a region to the NATS user and password of its sidecar."""
         self.cluster = cluster
         self.streams = tuple(streams)
         self.regions = tuple(regions if regions is not None else cluster.regions)
@@ -228,6 +245,7 @@ class RegionSidecars:
         self.timeout_s = timeout_s
         self.lease_ttl_s = lease_ttl_s
         self.serve = serve
+        self.credentials = dict(credentials or {})
         self.runtimes: dict[str, Runtime] = {}
 
     def config(self, region: str) -> Config:
@@ -239,6 +257,7 @@ class RegionSidecars:
                 interval_ms=self.interval_ms,
                 timeout_s=self.timeout_s,
                 lease_ttl_s=self.lease_ttl_s,
+                credentials=self.credentials.get(region),
             )
         )
 
@@ -309,12 +328,20 @@ class RegionSidecars:
 
 
 class SidecarProcess:
-    """`rsub run --config` in a child process (killed with the parent); logs in `workdir`."""
+    """`rsub run --config` in a child process; config and log in `workdir`.
 
-    def __init__(self, settings: Mapping[str, Any], workdir: Path) -> None:
+    Attached (the default), the child is killed with the parent; `detached` gives it its own
+    session so that it outlives the caller (`rsub dev up`). Either way its command line names
+    the config file in `workdir`, which `process_belongs_to(pid, workdir)` recognises.
+    """
+
+    def __init__(
+        self, settings: Mapping[str, Any], workdir: Path, *, detached: bool = False
+    ) -> None:
         self.region = str(settings["region"])
         self.settings = {**settings, "log": {**settings.get("log", {}), "format": "json"}}
         Config.from_mapping(self.settings)  # refuse a bad configuration here, not in the child
+        self.detached = detached
         self.grpc_port = self.http_port = 0
         self.workdir = Path(workdir)
         self.config_path = self.workdir / f"sidecar-{self.region}.yaml"
@@ -331,15 +358,17 @@ class SidecarProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    async def start(self) -> None:
+    async def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Spawn it and wait until it serves HTTP (readiness comes later: `wait_ready`).
 
         Ports are chosen free but released before the child binds them; when another process
-        took one in between, start again on new ports.
+        took one in between (the child logs "cannot listen"), start again on new ports. A
+        child that fails to start is stopped; the error is a `ClusterError` with its log tail.
         """
         if self.running:
             raise RuntimeError(f"sidecar of {self.region!r} is already running")
         self.workdir.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(self.config_path)]
         for attempt in range(1, _START_ATTEMPTS + 1):
             self.grpc_port, self.http_port = free_ports(2)
             settings = {
@@ -348,33 +377,60 @@ class SidecarProcess:
                 "http": {**self.settings.get("http", {}), "listen": f"{HOST}:{self.http_port}"},
             }
             self.config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
-            argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(self.config_path)]
-            self._proc = spawn_process(argv, self.log_path, detached=False)
+            log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            proc = self._proc = spawn_process(argv, self.log_path, detached=self.detached)
             try:
-                await self._wait_http("/healthz", lambda status: True, READY_TIMEOUT_S)
+                await self._wait_http("/healthz", lambda status: True, timeout_s)
                 return
-            except RuntimeError:
-                taken = "cannot listen" in self.log_path.read_text(errors="replace")
+            except ClusterError:
+                await stop_process(proc)
+                taken = self._logged_since(log_offset, b"cannot listen")
                 if not taken or attempt == _START_ATTEMPTS:
                     raise
+                log.warning("sidecar_start_retrying", region=self.region, attempt=attempt)
+            except BaseException:
+                await stop_process(proc)
+                raise
+
+    def _logged_since(self, offset: int, text: bytes) -> bool:
+        with self.log_path.open("rb") as log_file:
+            log_file.seek(offset)
+            return text in log_file.read()
 
     async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until its /readyz answers 200 (connected, topology applied, leadership known)."""
         await self._wait_http("/readyz", lambda status: status == 200, timeout_s)
 
+    def _failure(self, problem: str) -> ClusterError:
+        return ClusterError(
+            f"sidecar of region {self.region!r} {problem}; tail of {self.log_path}:\n"
+            + log_tail(self.log_path)
+        )
+
     async def _wait_http(self, path: str, accept: Callable[[int], bool], timeout_s: float) -> None:
+        """Poll `path` until `accept` takes its status; a `ClusterError` when the child exits
+        or the deadline passes, naming the last answer."""
         url = f"http://{HOST}:{self.http_port}{path}"
+        last = f"{url} not asked yet"
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
 
             async def answered() -> bool:
-                if not self.running:
-                    raise RuntimeError(f"sidecar of {self.region!r} exited; see {self.log_path}")
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                nonlocal last
+                if self._proc is not None and (code := self._proc.poll()) is not None:
+                    raise self._failure(f"exited with code {code}")
+                try:
                     async with http.get(url) as resp:
-                        return accept(resp.status)
+                        if accept(resp.status):
+                            return True
+                        last = f"{url} answers {resp.status} {await resp.text()}"
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    last = f"{url} not reachable ({exc!r})"
                 return False
 
-            await wait_until(answered, f"{url} of the {self.region} sidecar process", timeout_s)
+            try:
+                await wait_until(answered, f"{url} of the {self.region} sidecar", timeout_s)
+            except TimeoutError as exc:
+                raise self._failure(f"not ready: {exc}; last: {last}") from exc
 
     async def metrics_text(self) -> str:
         async with (
