@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
 
 import grpc
 import nats
@@ -17,8 +16,8 @@ from nats.js.errors import NotFoundError, ServiceUnavailableError
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.backend import SubscriptionView
 from sidecar.api.errors import NotFound, NotLeader, Unavailable
-from sidecar.config import Config
 from sidecar.dev.cluster import LocalSuperCluster
+from sidecar.dev.sidecars import RegionSidecars, wait_until
 from sidecar.nats.cursors import CursorStore
 from sidecar.runtime import Runtime
 
@@ -28,49 +27,6 @@ STREAM = "orders"
 DURABLE = "app"
 
 
-def sidecar_config(cluster: LocalSuperCluster, region: str, **overrides: Any) -> Config:
-    data: dict[str, Any] = {
-        "region": region,
-        "regions": list(cluster.regions),
-        "nats": {"servers": cluster.servers(region)},
-        "streams": [{"name": STREAM}],
-        "snapshot": {"interval_ms": 200, "timeout_s": 5},
-        "lease": {"ttl_s": 3},
-        "grpc": {"listen": "127.0.0.1:0"},
-        "http": {"listen": "127.0.0.1:0"},
-        **overrides,
-    }
-    return Config.from_mapping(data)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit_s: float = 60) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
-@contextlib.asynccontextmanager
-async def sidecars(
-    cluster: LocalSuperCluster, *, serve: bool = False
-) -> AsyncIterator[dict[str, Runtime]]:
-    """A running sidecar per region; `serve` adds their gRPC and HTTP servers."""
-    runtimes: dict[str, Runtime] = {}
-    try:
-        # One after the other: the first applies the topology, the others find it in place.
-        for region in cluster.regions:
-            config = sidecar_config(cluster, region)
-            runtime = runtimes[region] = Runtime(config, serve=serve)
-            await runtime.start()
-            await runtime.wait_ready(60)
-        await eventually(all_lead(list(runtimes.values())), "leadership in every region")
-        yield runtimes
-    finally:
-        await asyncio.gather(*(r.stop() for r in runtimes.values()))
-
-
 async def view_of(runtime: Runtime, subscription: str) -> SubscriptionView | None:
     try:
         return await runtime.get_subscription(STREAM, subscription)
@@ -78,9 +34,9 @@ async def view_of(runtime: Runtime, subscription: str) -> SubscriptionView | Non
         return None
 
 
-def all_lead(runtimes: Sequence[Runtime]) -> Callable[[], Awaitable[bool]]:
+def leads(runtime: Runtime) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
-        return all(r.is_leader for r in runtimes)
+        return runtime.is_leader
 
     return check
 
@@ -111,7 +67,7 @@ async def replicated_durable(
             return True
         return False
 
-    await eventually(created, f"the durable in {region}")
+    await wait_until(created, f"the durable in {region}")
     return await js.pull_subscribe_bind(DURABLE, stream=f"{STREAM}-read-{region}")
 
 
@@ -125,7 +81,7 @@ async def consume(sub: JetStreamContext.PullSubscription, n: int) -> list[bytes]
                 got.append(msg.data)
         return len(got) >= n
 
-    await eventually(fetched_all, f"{n} messages")
+    await wait_until(fetched_all, f"{n} messages")
     return got
 
 
@@ -137,7 +93,7 @@ async def publish(js: JetStreamContext, region: str, payloads: Sequence[bytes]) 
 async def test_consumption_continues_in_the_other_region_without_loss(
     cluster2: LocalSuperCluster,
 ) -> None:
-    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+    async with RegionSidecars(cluster2, serve=False) as sidecars, clients(cluster2) as conns:
         west, east = conns["west"].jetstream(), conns["east"].jetstream()
         payloads = [f"m{i}".encode() for i in range(6)]
         sub_west = await replicated_durable(west, "west")
@@ -154,7 +110,7 @@ async def test_consumption_continues_in_the_other_region_without_loss(
                 return False
             return True
 
-        await eventually(created_in_east, "the durable to be created in east")
+        await wait_until(created_in_east, "the durable to be created in east")
         info = await east.consumer_info(f"{STREAM}-read-east", DURABLE)
         assert info.config.metadata is not None
         assert info.config.metadata["rsub.replicate"] == "true"
@@ -172,17 +128,17 @@ async def test_consumption_continues_in_the_other_region_without_loss(
         assert set(everything) == set(payloads)
         assert duplicates <= 3
 
-        east_view = await runtimes["east"].get_subscription(STREAM, DURABLE)
+        east_view = await sidecars["east"].get_subscription(STREAM, DURABLE)
         assert [a.from_region for a in east_view.applied] == ["west"]
-        west_view = await runtimes["west"].get_subscription(STREAM, DURABLE)
+        west_view = await sidecars["west"].get_subscription(STREAM, DURABLE)
         assert west_view.last_snapshot_id is not None
-        assert await runtimes["west"].list_snapshots(STREAM)
+        assert await sidecars["west"].list_snapshots(STREAM)
 
 
 async def test_three_regions_lose_nothing_when_consumption_moves(
     cluster3: LocalSuperCluster,
 ) -> None:
-    async with sidecars(cluster3) as runtimes, clients(cluster3) as conns:
+    async with RegionSidecars(cluster3, serve=False) as sidecars, clients(cluster3) as conns:
         js = {r: nc.jetstream() for r, nc in conns.items()}
         first = {r: [f"{r}-{i}".encode() for i in range(2)] for r in cluster3.regions}
         for region, payloads in first.items():
@@ -198,7 +154,7 @@ async def test_three_regions_lose_nothing_when_consumption_moves(
                     return True
                 return False
 
-            await eventually(created, f"the durable to be created in {region}")
+            await wait_until(created, f"the durable to be created in {region}")
 
         later = {r: [f"{r}-later".encode()] for r in cluster3.regions}
         for region, payloads in later.items():
@@ -214,70 +170,64 @@ async def test_three_regions_lose_nothing_when_consumption_moves(
                     consumed_east.append(msg.data)
             return set(consumed_west + consumed_east) == expected
 
-        await eventually(east_has_the_rest, "east to receive everything west did not")
+        await wait_until(east_has_the_rest, "east to receive everything west did not")
         everything = consumed_west + consumed_east
         print(f"received {len(everything)}, {len(everything) - len(set(everything))} duplicates")
-        snapshots = await runtimes["west"].list_snapshots(STREAM)
+        snapshots = await sidecars["west"].list_snapshots(STREAM)
         assert all(set(s.positions) == {"central", "east"} for s in snapshots)
 
 
 async def test_a_restarted_sidecar_rebuilds_from_its_read_stream(
     cluster2: LocalSuperCluster,
 ) -> None:
-    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+    async with RegionSidecars(cluster2, serve=False) as sidecars, clients(cluster2) as conns:
         west = conns["west"].jetstream()
         sub = await replicated_durable(west, "west")
         await publish(west, "west", [b"a", b"b", b"c"])
         await consume(sub, 3)
-        old = runtimes["west"]
+        old = sidecars["west"]
 
         async def update_sent() -> bool:
             view = await view_of(old, DURABLE)
             return view is not None and view.last_snapshot_id is not None
 
-        await eventually(update_sent, "an update for the durable")
+        await wait_until(update_sent, "an update for the durable")
         before = {s.id for s in await old.list_snapshots(STREAM)}
         old_epoch = old.epoch
-        await old.stop()
+        await sidecars.stop("west")
 
-        new = runtimes["west"] = Runtime(sidecar_config(cluster2, "west"), serve=False)
-        await new.start()
-        await new.wait_ready(60)
+        new = await sidecars.start("west")
         after = {s.id for s in await new.list_snapshots(STREAM)}
         assert before <= after
         # The update markers it wrote itself tell the new sidecar what was sent already.
         view = await new.get_subscription(STREAM, DURABLE)
         assert view.last_snapshot_id in after
         assert view.mark_delete >= 3
-        await eventually(all_lead([new]), "the new sidecar to lead")
+        await wait_until(leads(new), "the new sidecar to lead")
         assert new.epoch > old_epoch
 
 
 async def test_a_follower_serves_reads_refuses_writes_and_takes_over(
     cluster2: LocalSuperCluster,
 ) -> None:
-    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+    async with RegionSidecars(cluster2, serve=False) as sidecars, clients(cluster2) as conns:
         west = conns["west"].jetstream()
         sub = await replicated_durable(west, "west")
         await publish(west, "west", [b"a"])
         await consume(sub, 1)
-        follower = Runtime(sidecar_config(cluster2, "west"), serve=False)
-        await follower.start()
-        try:
-            await follower.wait_ready(60)
+        async with sidecars.replica("west") as follower:
             assert not follower.is_leader and follower.readiness.ready
 
             async def follower_knows_the_durable() -> bool:
                 return await view_of(follower, DURABLE) is not None
 
-            await eventually(follower_knows_the_durable, "the follower to see the durable")
+            await wait_until(follower_knows_the_durable, "the follower to see the durable")
             with pytest.raises(NotLeader):
                 await follower.commit_cursor(STREAM, "spark", 1)
 
-            leader = runtimes["west"]
-            old_epoch = leader.epoch
-            await leader.stop()
-            await eventually(all_lead([follower]), "the follower to take over")
+            old_epoch = sidecars["west"].epoch
+            await sidecars.stop("west")
+            await wait_until(leads(follower), "the follower to take over")
             assert follower.epoch > old_epoch
 
             # The new leader snapshots with its own epoch.
@@ -288,13 +238,11 @@ async def test_a_follower_serves_reads_refuses_writes_and_takes_over(
                 snapshots = await follower.list_snapshots(STREAM)
                 return any(s.id.startswith(f"west-{follower.epoch}-") for s in snapshots)
 
-            await eventually(new_epoch_snapshot, "a snapshot of the new leader")
-        finally:
-            await follower.stop()
+            await wait_until(new_epoch_snapshot, "a snapshot of the new leader")
 
 
 async def test_malformed_markers_are_counted_and_skipped(cluster2: LocalSuperCluster) -> None:
-    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+    async with RegionSidecars(cluster2, serve=False) as sidecars, clients(cluster2) as conns:
         east = conns["east"].jetstream()
         for i, junk in enumerate([b"\xff\x00garbage", b""]):
             await east.publish(
@@ -303,7 +251,7 @@ async def test_malformed_markers_are_counted_and_skipped(cluster2: LocalSuperClu
                 stream=f"{STREAM}-write-east",
                 headers={"Nats-Msg-Id": f"junk-{i}"},
             )
-        metrics = runtimes["west"].metrics.registry
+        metrics = sidecars["west"].metrics.registry
 
         def rejected() -> float:
             return sum(
@@ -317,7 +265,7 @@ async def test_malformed_markers_are_counted_and_skipped(cluster2: LocalSuperClu
         async def both_counted() -> bool:
             return rejected() == 2
 
-        await eventually(both_counted, "the junk markers to be counted in west")
+        await wait_until(both_counted, "the junk markers to be counted in west")
         # The sidecar carries on: a replicated durable still gets snapshots.
         west = conns["west"].jetstream()
         sub = await replicated_durable(west, "west")
@@ -325,18 +273,18 @@ async def test_malformed_markers_are_counted_and_skipped(cluster2: LocalSuperClu
         await consume(sub, 1)
 
         async def snapshot_taken() -> bool:
-            return bool(await runtimes["west"].list_snapshots(STREAM))
+            return bool(await sidecars["west"].list_snapshots(STREAM))
 
-        await eventually(snapshot_taken, "a snapshot after the junk")
+        await wait_until(snapshot_taken, "a snapshot after the junk")
 
 
 async def test_external_cursor_committed_over_grpc_is_replicated(
     cluster2: LocalSuperCluster,
 ) -> None:
-    async with sidecars(cluster2, serve=True) as runtimes, clients(cluster2) as conns:
+    async with RegionSidecars(cluster2) as sidecars, clients(cluster2) as conns:
         west = conns["west"].jetstream()
         await publish(west, "west", [b"a", b"b"])
-        west_port, east_port = runtimes["west"].grpc_port, runtimes["east"].grpc_port
+        west_port, east_port = sidecars["west"].grpc_port, sidecars["east"].grpc_port
         async with (
             grpc.aio.insecure_channel(f"127.0.0.1:{west_port}") as west_channel,
             grpc.aio.insecure_channel(f"127.0.0.1:{east_port}") as east_channel,
@@ -358,7 +306,7 @@ async def test_external_cursor_committed_over_grpc_is_replicated(
                     return False
                 return bool(state.kind == "external" and state.mark_delete > 0)
 
-            await eventually(east_has_the_cursor, "the cursor to reach east")
+            await wait_until(east_has_the_cursor, "the cursor to reach east")
             backwards = await west_api.CommitCursor(
                 api_pb2.CommitCursorRequest(stream=STREAM, subscription="spark", sequence=1)
             )
@@ -374,7 +322,7 @@ async def last_data_seq(js: JetStreamContext, read_stream: str) -> int:
 async def test_a_cursor_at_the_last_data_message_reaches_the_other_region(
     cluster2: LocalSuperCluster,
 ) -> None:
-    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
+    async with RegionSidecars(cluster2, serve=False) as sidecars, clients(cluster2) as conns:
         west, east = conns["west"].jetstream(), conns["east"].jetstream()
         read_west, read_east = f"{STREAM}-read-west", f"{STREAM}-read-east"
         await publish(west, "west", [b"a", b"b", b"c"])
@@ -382,25 +330,25 @@ async def test_a_cursor_at_the_last_data_message_reaches_the_other_region(
         async def sourced() -> bool:
             return (await west.stream_info(read_west)).state.messages >= 3
 
-        await eventually(sourced, "the data in west's read stream")
+        await wait_until(sourced, "the data in west's read stream")
         last_data = await last_data_seq(west, read_west)
         # Like a finished availableNow Spark job: one commit, at the last data message; the
         # snapshot markers land after it and no further commit ever comes.
-        assert await runtimes["west"].commit_cursor(STREAM, "spark", last_data) == last_data
+        assert await sidecars["west"].commit_cursor(STREAM, "spark", last_data) == last_data
 
         async def applied_in_east() -> bool:
-            view = await view_of(runtimes["east"], "spark")
+            view = await view_of(sidecars["east"], "spark")
             return view is not None and bool(view.applied)
 
-        await eventually(applied_in_east, "the cursor to reach east")
-        sent = await runtimes["west"].get_subscription(STREAM, "spark")
+        await wait_until(applied_in_east, "the cursor to reach east")
+        sent = await sidecars["west"].get_subscription(STREAM, "spark")
         [snapshot] = [
             s
-            for s in await runtimes["west"].list_snapshots(STREAM)
+            for s in await sidecars["west"].list_snapshots(STREAM)
             if s.id == sent.last_snapshot_id
         ]
         position = snapshot.positions["east"]
-        applied = (await runtimes["east"].get_subscription(STREAM, "spark")).applied
+        applied = (await sidecars["east"].get_subscription(STREAM, "spark")).applied
         assert [(a.from_region, a.position) for a in applied] == [("west", position)]
         east_cursors = CursorStore(await east.key_value("rsub-leases-east"))
         assert (await east_cursors.load(STREAM))["spark"] == position
@@ -417,11 +365,8 @@ async def test_trigger_snapshot_starts_one_or_returns_the_pending_one(
     cluster2: LocalSuperCluster,
 ) -> None:
     # West's sidecar alone: with no east sidecar to answer, an attempt stays pending.
-    west = Runtime(sidecar_config(cluster2, "west"), serve=True)
-    await west.start()
-    try:
-        await west.wait_ready(60)
-        await eventually(all_lead([west]), "west to lead")
+    async with RegionSidecars(cluster2, regions=["west"]) as sidecars:
+        west = sidecars["west"]
         async with grpc.aio.insecure_channel(f"127.0.0.1:{west.grpc_port}") as channel:
             admin = api_pb2_grpc.AdminServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -437,19 +382,17 @@ async def test_trigger_snapshot_starts_one_or_returns_the_pending_one(
             assert again.snapshot_id == reply.snapshot_id
         [stream] = (await west.status()).streams
         assert stream.snapshot_pending
-    finally:
-        await west.stop()
 
 
 async def test_lost_connection_is_reported_and_recovered(cluster2: LocalSuperCluster) -> None:
-    async with sidecars(cluster2) as runtimes:
-        west = runtimes["west"]
+    async with RegionSidecars(cluster2, serve=False) as sidecars:
+        west = sidecars["west"]
         await cluster2.stop_region("west")
 
         async def disconnected() -> bool:
             return not west.readiness.ready
 
-        await eventually(disconnected, "west to report the lost connection")
+        await wait_until(disconnected, "west to report the lost connection")
         assert west.metrics.registry.get_sample_value("rsub_nats_connected") == 0
         with pytest.raises(Unavailable):
             await west.commit_cursor(STREAM, "spark", 1)
@@ -465,14 +408,14 @@ async def test_lost_connection_is_reported_and_recovered(cluster2: LocalSuperClu
             except (Unavailable, NotLeader):
                 return False
 
-        await eventually(recovered, "west to reconnect, lead and store a cursor again")
+        await wait_until(recovered, "west to reconnect, lead and store a cursor again")
         assert west.readiness.ready
         assert west.metrics.registry.get_sample_value("rsub_nats_connected") == 1
 
 
 async def test_backend_status_watch_and_set_replicated(cluster2: LocalSuperCluster) -> None:
-    async with sidecars(cluster2) as runtimes, clients(cluster2) as conns:
-        west_rt = runtimes["west"]
+    async with RegionSidecars(cluster2, serve=False) as sidecars, clients(cluster2) as conns:
+        west_rt = sidecars["west"]
         west = conns["west"].jetstream()
         await west.add_consumer(
             f"{STREAM}-read-west", durable_name="plain", filter_subject=f"{STREAM}.>"
@@ -481,7 +424,7 @@ async def test_backend_status_watch_and_set_replicated(cluster2: LocalSuperClust
         async def plain_known() -> bool:
             return await view_of(west_rt, "plain") is not None
 
-        await eventually(plain_known, "the plain durable to be listed")
+        await wait_until(plain_known, "the plain durable to be listed")
         assert not (await west_rt.get_subscription(STREAM, "plain")).replicated
         view = await west_rt.set_replicated(STREAM, "plain", True)
         assert view.replicated
@@ -511,7 +454,7 @@ async def test_backend_status_watch_and_set_replicated(cluster2: LocalSuperClust
                 ("east", True),
             }
 
-        await eventually(links_active, "both sources of the west read stream to be active")
+        await wait_until(links_active, "both sources of the west read stream to be active")
         status = await west_rt.status()
         assert (status.region, status.leader, status.connected) == ("west", True, True)
         assert status.epoch == west_rt.epoch > 0

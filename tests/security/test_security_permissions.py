@@ -17,9 +17,9 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats
 import nats.errors
@@ -33,13 +33,8 @@ from permission_blocks import APP_BLOCK, SIDECAR_BLOCK, UserBlock, block_text, p
 from sidecar.config import Config
 from sidecar.dev.cluster import LocalSuperCluster, find_nats_server
 from sidecar.dev.ports import HOST, free_ports
-
-if TYPE_CHECKING:
-    from sidecar.runtime import Runtime
-
-runtime = pytest.importorskip(
-    "sidecar.runtime", reason="sidecar.runtime (the Runtime class) is not importable"
-)
+from sidecar.dev.sidecars import RegionSidecars, sidecar_settings, wait_until
+from sidecar.runtime import Runtime
 
 pytestmark = pytest.mark.integration
 
@@ -137,26 +132,8 @@ async def _quiet(error: Exception) -> None:
     """An expected refusal: not worth nats-py's default traceback."""
 
 
-def sidecar_config(cluster: LocalSuperCluster, region: str, user: str) -> Config:
-    return Config.from_mapping(
-        {
-            "region": region,
-            "regions": list(cluster.regions),
-            "nats": {
-                "servers": cluster.servers(region),
-                "user": user,
-                "password": password_of(user),
-            },
-            "streams": [{"name": STREAM}],
-            "snapshot": {"interval_ms": 200, "timeout_s": 5},
-            "lease": {"ttl_s": 3},
-        }
-    )
-
-
-def new_runtime(cluster: LocalSuperCluster, region: str, user: str) -> Runtime:
-    made: Runtime = runtime.Runtime(sidecar_config(cluster, region, user), serve=False)
-    return made
+def credentials(user: UserBlock) -> tuple[str, str]:
+    return user.user, password_of(user.user)
 
 
 @contextlib.asynccontextmanager
@@ -168,15 +145,6 @@ async def connect_as(
         yield nc
     finally:
         await nc.close()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit_s: float = 60) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def violations(cluster: LocalSuperCluster) -> list[str]:
@@ -212,77 +180,68 @@ async def test_restricted_sidecars_replicate_a_durable(cluster2: LocalSuperClust
     west_user, east_user = sidecar_user("west"), sidecar_user("east")
     west_app, east_app = app_user("west"), app_user("east")
     await restrict(cluster2, [west_user, east_user, west_app, east_app])
-    runtimes: dict[str, Runtime] = {}
-    try:
-        for region, user in (("west", west_user), ("east", east_user)):
-            runtimes[region] = new_runtime(cluster2, region, user.user)
-            await runtimes[region].start()
-            await runtimes[region].wait_ready(60)
+    async with (
+        RegionSidecars(
+            cluster2,
+            streams=[STREAM],
+            serve=False,
+            credentials={"west": credentials(west_user), "east": credentials(east_user)},
+        ) as sidecars,
+        connect_as(cluster2, "west", *credentials(west_app)) as west_nc,
+        connect_as(cluster2, "east", *credentials(east_app)) as east_nc,
+        connect_as(cluster2, "east", *ADMIN) as admin_east,
+    ):
+        west, east, admin = west_nc.jetstream(), east_nc.jetstream(), admin_east.jetstream()
+        read_west, read_east = f"{STREAM}-read-west", f"{STREAM}-read-east"
+        await west.add_consumer(
+            read_west,
+            durable_name=DURABLE,
+            filter_subject=f"{STREAM}.>",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            metadata={"rsub.replicate": "true"},
+        )
+        batch = [f"m{i}".encode() for i in range(6)]
+        await publish(west, batch[:3])
+        assert await consume(west, read_west, 3) == batch[:3]
 
-        async def both_lead() -> bool:
-            return all(r.is_leader for r in runtimes.values())
+        async def created_in_east() -> bool:
+            with contextlib.suppress(NotFoundError):
+                await admin.consumer_info(read_east, DURABLE)
+                return True
+            return False
 
-        await eventually(both_lead, "leadership in both regions")
-        async with (
-            connect_as(cluster2, "west", west_app.user, password_of(west_app.user)) as west_nc,
-            connect_as(cluster2, "east", east_app.user, password_of(east_app.user)) as east_nc,
-            connect_as(cluster2, "east", *ADMIN) as admin_east,
-        ):
-            west, east, admin = west_nc.jetstream(), east_nc.jetstream(), admin_east.jetstream()
-            read_west, read_east = f"{STREAM}-read-west", f"{STREAM}-read-east"
-            await west.add_consumer(
-                read_west,
-                durable_name=DURABLE,
-                filter_subject=f"{STREAM}.>",
-                ack_policy=api.AckPolicy.EXPLICIT,
-                metadata={"rsub.replicate": "true"},
-            )
-            batch = [f"m{i}".encode() for i in range(6)]
-            await publish(west, batch[:3])
-            assert await consume(west, read_west, 3) == batch[:3]
+        await wait_until(created_in_east, "the durable to be created in east")
+        created_floor = (await admin.consumer_info(read_east, DURABLE)).ack_floor
+        assert created_floor is not None
 
-            async def created_in_east() -> bool:
-                with contextlib.suppress(NotFoundError):
-                    await admin.consumer_info(read_east, DURABLE)
-                    return True
-                return False
+        await publish(west, batch[3:])
+        assert await consume(west, read_west, 3) == batch[3:]
+        last_data = await admin.get_last_msg(read_east, f"{STREAM}.item")
 
-            await eventually(created_in_east, "the durable to be created in east")
-            created_floor = (await admin.consumer_info(read_east, DURABLE)).ack_floor
-            assert created_floor is not None
+        async def moved_past_the_batch() -> bool:
+            info = await admin.consumer_info(read_east, DURABLE)
+            return info.ack_floor is not None and info.ack_floor.stream_seq >= last_data.seq
 
-            await publish(west, batch[3:])
-            assert await consume(west, read_west, 3) == batch[3:]
-            last_data = await admin.get_last_msg(read_east, f"{STREAM}.item")
+        await wait_until(moved_past_the_batch, "the durable to move forward in east")
+        moved = (await admin.consumer_info(read_east, DURABLE)).ack_floor
+        assert moved is not None and moved.stream_seq > created_floor.stream_seq
 
-            async def moved_past_the_batch() -> bool:
-                info = await admin.consumer_info(read_east, DURABLE)
-                return info.ack_floor is not None and info.ack_floor.stream_seq >= last_data.seq
+        # The application continues in east as its own restricted user: nothing old.
+        await publish(west, [b"after-failover"])
+        assert await consume(east, read_east, 1) == [b"after-failover"]
 
-            await eventually(moved_past_the_batch, "the durable to move forward in east")
-            moved = (await admin.consumer_info(read_east, DURABLE)).ack_floor
-            assert moved is not None and moved.stream_seq > created_floor.stream_seq
+        # The application cannot forge a marker (it would move durables everywhere).
+        with pytest.raises(nats.errors.TimeoutError):
+            await west.publish(f"_rsub.{STREAM}.marker.west", b"forged", timeout=1)
 
-            # The application continues in east as its own restricted user: nothing old.
-            await publish(west, [b"after-failover"])
-            assert await consume(east, read_east, 1) == [b"after-failover"]
-
-            # The application cannot forge a marker (it would move durables everywhere).
-            with pytest.raises(nats.errors.TimeoutError):
-                await west.publish(f"_rsub.{STREAM}.marker.west", b"forged", timeout=1)
-
-            # Restart west: the replay of stored markers and the cleanup run as the user too.
-            await runtimes.pop("west").stop()
-            runtimes["west"] = new_runtime(cluster2, "west", west_user.user)
-            await runtimes["west"].start()
-            await runtimes["west"].wait_ready(60)
-            await eventually(both_lead, "west to lead again")
-            # External cursors live in the lease bucket; SetReplicated updates a consumer.
-            assert await runtimes["west"].commit_cursor(STREAM, "spark", 2) == 2
-            view = await runtimes["west"].set_replicated(STREAM, DURABLE, True)
-            assert view.replicated
-    finally:
-        await asyncio.gather(*(r.stop() for r in runtimes.values()))
+        # Restart west: the replay of stored markers and the cleanup run as the user too.
+        await sidecars.stop("west")
+        await sidecars.start("west")
+        await sidecars.wait_leaders()
+        # External cursors live in the lease bucket; SetReplicated updates a consumer.
+        assert await sidecars["west"].commit_cursor(STREAM, "spark", 2) == 2
+        view = await sidecars["west"].set_replicated(STREAM, DURABLE, True)
+        assert view.replicated
     # The only refusal is the forged marker: the sidecars never hit a missing permission.
     refused = violations(cluster2)
     forged = f'"$G/user:{west_app.user}" - Publish Violation - Subject "_rsub.{STREAM}.marker.west"'
@@ -303,7 +262,8 @@ async def test_a_missing_permission_is_named_at_start(
     cluster = cluster2
     lacking = sidecar_user("west").without(missing)
     await restrict(cluster, [lacking])
-    sidecar = new_runtime(cluster, "west", lacking.user)
+    settings = sidecar_settings(cluster, "west", streams=[STREAM], credentials=credentials(lacking))
+    sidecar = Runtime(Config.from_mapping(settings), serve=False)
     with structlog.testing.capture_logs() as events:
         await sidecar.start()
         try:
