@@ -10,9 +10,10 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.client import Client
-from topology_helpers import eventually, message_count, publish_many, read_all, stream_info
+from topology_helpers import message_count, publish_many, read_all, stream_info
 
 from sidecar.dev.cluster import ClusterFactory, LocalSuperCluster
+from sidecar.dev.sidecars import wait_until
 from sidecar.nats.names import VirtualStream
 from sidecar.nats.topology import apply_topology
 
@@ -65,7 +66,7 @@ async def wait_counts(ncs: dict[str, Client], vs: VirtualStream, total: int) -> 
         async def full(nc: Client = ncs[r], stream: str = vs.read_stream(r)) -> bool:
             return await message_count(nc, stream) >= total
 
-        await eventually(full, 90, f"{vs.read_stream(r)} to hold {total} messages")
+        await wait_until(full, f"{vs.read_stream(r)} to hold {total} messages", 90, poll_s=0.5)
 
 
 async def adopt_under_load(cluster: LocalSuperCluster, replicas: int) -> None:
@@ -188,7 +189,7 @@ async def test_server_resources_a_source_whose_filter_changes(cluster2: LocalSup
         async def doubled() -> bool:
             return await message_count(nc, stream) >= 80
 
-        await eventually(doubled, 60, f"{stream} to source its origin a second time")
+        await wait_until(doubled, f"{stream} to source its origin a second time", 60, poll_s=0.5)
         origins = Counter(m.origin for m in await read_all(nc, vs, stream, ">"))
         assert origins == Counter({("west", s): 2 for s in range(1, 41)})
     finally:

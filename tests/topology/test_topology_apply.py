@@ -7,7 +7,6 @@ import pytest
 from nats.aio.client import Client
 from topology_helpers import (
     check_converged,
-    eventually,
     message_count,
     publish_many,
     read_all,
@@ -15,6 +14,7 @@ from topology_helpers import (
 )
 
 from sidecar.dev.cluster import ClusterFactory, LocalSuperCluster
+from sidecar.dev.sidecars import wait_until
 from sidecar.nats.names import VirtualStream
 from sidecar.nats.topology import DEFAULT_MAX_CONSUMERS, apply_topology
 
@@ -57,7 +57,7 @@ async def apply_and_load(cluster: LocalSuperCluster, vs: VirtualStream, replicas
             async def full(nc: Client = ncs[r], stream: str = stream) -> bool:
                 return await message_count(nc, stream) >= total
 
-            await eventually(full, 60, f"{stream} to hold {total} messages")
+            await wait_until(full, f"{stream} to hold {total} messages", 60, poll_s=0.5)
         await check_converged(ncs, vs, expected)
 
         again = await apply_topology(ncs[vs.regions[-1]], vs, replicas=replicas)
@@ -111,7 +111,7 @@ async def test_dry_run_changes_nothing_and_new_region_is_added(cluster3: LocalSu
             async def all_in(stream: str = f"pay-read-{r}") -> bool:
                 return await message_count(nc, stream) == 70
 
-            await eventually(all_in, 60, f"pay-read-{r} to hold 70 messages")
+            await wait_until(all_in, f"pay-read-{r} to hold 70 messages", 60, poll_s=0.5)
         for r in three.regions:
             data = await read_all(nc, three, f"pay-read-{r}", ">")
             origins = [m.origin for m in data]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import nats
 import pytest
 from nats.aio.client import Client
-from topology_helpers import check_converged, eventually, message_count, publish_many
+from topology_helpers import check_converged, message_count, publish_many
 
 from sidecar.dev.cluster import LocalSuperCluster
+from sidecar.dev.sidecars import wait_until
 from sidecar.nats.names import VirtualStream
 from sidecar.nats.topology import apply_topology
 
@@ -24,7 +25,7 @@ async def wait_total(nc: Client, stream: str, total: int, deadline_s: float) -> 
     async def full() -> bool:
         return await message_count(nc, stream) >= total
 
-    await eventually(full, deadline_s, f"{stream} to hold {total} messages")
+    await wait_until(full, f"{stream} to hold {total} messages", deadline_s, poll_s=0.5)
 
 
 async def test_cut_link_then_restore_converges(cluster3: LocalSuperCluster) -> None:

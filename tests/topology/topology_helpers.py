@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,17 +58,6 @@ async def read_all(nc: Client, vs: VirtualStream, stream: str, filter_subject: s
     finally:
         await sub.unsubscribe()
     return out
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], deadline_s: float, what: str, interval: float = 0.5
-) -> None:
-    """Wait until `check()` is true, or fail after `deadline_s` seconds saying `what`."""
-    deadline = time.monotonic() + deadline_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 async def message_count(nc: Client, stream: str) -> int:
