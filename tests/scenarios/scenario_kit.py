@@ -58,7 +58,7 @@ class World:
 DEADLINE_S = 45.0
 ACK_TIMEOUT_S = 10.0
 # A fetch that got nothing: none pending, or (503) a consumer just created is not serving yet.
-NOTHING_YET = (nats.errors.TimeoutError, ServiceUnavailableError)
+NOTHING_YET = (TimeoutError, ServiceUnavailableError)  # TimeoutError covers nats-py's
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ async def consume_all(
     async def drained() -> bool:
         try:
             msgs = await sub.fetch(100, timeout=0.5)
-        except nats.errors.TimeoutError:
+        except TimeoutError:  # also nats-py's own, raised when the server sends nothing at all
             return wanted <= {d.payload for d in got}
         except ServiceUnavailableError:
             return False
