@@ -42,7 +42,7 @@ async def produce(js: JetStreamContext, stop: asyncio.Event, sent: list[bytes]) 
 async def consume(sub: JetStreamContext.PullSubscription, stop: asyncio.Event) -> list[bytes]:
     got: list[bytes] = []
     while not stop.is_set():
-        with contextlib.suppress(nats.errors.TimeoutError):
+        with contextlib.suppress(TimeoutError):  # nats-py raises its own or the plain one
             for msg in await sub.fetch(50, timeout=0.2):
                 await msg.ack()
                 got.append(msg.data)
@@ -96,7 +96,7 @@ async def run(interval_ms: int, seconds: float, directory: Path) -> None:
             east_sub = await east.pull_subscribe_bind(DURABLE, stream=f"{STREAM}-read-east")
             east_got: list[bytes] = []
             while set(west_got + east_got) != set(sent) and time.monotonic() - started < 60:
-                with contextlib.suppress(nats.errors.TimeoutError):
+                with contextlib.suppress(TimeoutError):  # nats-py raises its own or the plain one
                     for msg in await east_sub.fetch(200, timeout=0.5):
                         await msg.ack()
                         east_got.append(msg.data)
