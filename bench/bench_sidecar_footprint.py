@@ -25,12 +25,10 @@ from pathlib import Path
 import nats
 import structlog
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.sidecars import SidecarProcess, sidecar_settings
-from sidecar.nats.consumers import REPLICATE_KEY
+from sidecar.dev.sidecars import SidecarProcess, durable_config, sidecar_settings
 from sidecar.nats.names import VirtualStream
 from sidecar.nats.topology import apply_topology
 
@@ -121,13 +119,7 @@ async def run(stream_count: int, durables: int, seconds: float, directory: Path)
             await bounded(
                 js.add_consumer(
                     vs.read_stream("west"),
-                    ConsumerConfig(
-                        durable_name=f"d{d}",
-                        deliver_policy=DeliverPolicy.ALL,
-                        filter_subject=vs.data_filter(),
-                        ack_policy=AckPolicy.EXPLICIT,
-                        metadata={REPLICATE_KEY: "true"},
-                    ),
+                    durable_config(vs, f"d{d}"),
                 )
                 for vs in streams
                 for d in range(durables)

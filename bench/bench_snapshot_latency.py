@@ -23,12 +23,15 @@ from pathlib import Path
 import nats
 import structlog
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from sidecar.dev.cluster import LocalSuperCluster
 from sidecar.dev.demo import percentile
-from sidecar.dev.sidecars import RegionSidecars, read_markers, snapshot_latencies_ms
-from sidecar.nats.consumers import REPLICATE_KEY
+from sidecar.dev.sidecars import (
+    RegionSidecars,
+    durable_config,
+    read_markers,
+    snapshot_latencies_ms,
+)
 from sidecar.nats.names import VirtualStream
 
 REGIONS = ("west", "central", "east")
@@ -56,13 +59,7 @@ async def run(delays_ms: Sequence[int], seconds: float, interval_ms: int, direct
         try:
             await nc.jetstream().add_consumer(
                 vs.read_stream("west"),
-                ConsumerConfig(
-                    durable_name="bench",
-                    deliver_policy=DeliverPolicy.ALL,
-                    filter_subject=vs.data_filter(),
-                    ack_policy=AckPolicy.EXPLICIT,
-                    metadata={REPLICATE_KEY: "true"},
-                ),
+                durable_config(vs, "bench"),
             )
             stop = asyncio.Event()
             producer = asyncio.create_task(produce(nc, vs, stop))

@@ -32,19 +32,18 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from sidecar.api.backend import SnapshotView
 from sidecar.api.errors import NotFound
 from sidecar.dev.cluster import LocalSuperCluster
 from sidecar.dev.sidecars import (
     RegionSidecars,
+    durable_config,
     in_flight_count,
     read_stored,
     wait_until,
 )
 from sidecar.logs import configure_logging
-from sidecar.nats.consumers import REPLICATE_KEY
 from sidecar.nats.names import SOURCE_HEADER, VirtualStream
 from sidecar.nats.topology import apply_topology
 
@@ -363,13 +362,7 @@ class Workload:
 async def create_billing(nc: NATS, vs: VirtualStream, region: str) -> None:
     await nc.jetstream().add_consumer(
         vs.read_stream(region),
-        ConsumerConfig(
-            durable_name=DURABLE,
-            deliver_policy=DeliverPolicy.ALL,
-            filter_subject=vs.data_filter(),
-            ack_policy=AckPolicy.EXPLICIT,
-            metadata={REPLICATE_KEY: "true"},
-        ),
+        durable_config(vs, DURABLE),
     )
 
 

@@ -38,7 +38,7 @@ import aiohttp
 import structlog
 import yaml
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from sidecar.config import Config
 from sidecar.dev.cluster import (
@@ -49,6 +49,7 @@ from sidecar.dev.cluster import (
     stop_process,
 )
 from sidecar.dev.ports import HOST, free_ports
+from sidecar.nats.consumers import REPLICATE_KEY
 from sidecar.nats.names import SOURCE_HEADER, VirtualStream
 from sidecar.protocol import Marker, Rejected, Request, Snapshot, decode
 from sidecar.runtime import Runtime
@@ -186,6 +187,18 @@ async def in_flight_count(
         stored = await read_stored(conns[region], vs.write_stream(region), vs.data_subject(region))
         written[region] = {s.seq: s.stored_unix_ms for s in stored}
     return sum(1 for r, seq in late if written[r].get(seq, before_unix_ms) < before_unix_ms)
+
+
+def durable_config(vs: VirtualStream, name: str, *, replicated: bool = True) -> ConsumerConfig:
+    """A data consumer as an application would create it: all of `vs`'s data, explicit acks,
+    and (by default) the metadata that makes it a replicated subscription."""
+    return ConsumerConfig(
+        durable_name=name,
+        deliver_policy=DeliverPolicy.ALL,
+        filter_subject=vs.data_filter(),
+        ack_policy=AckPolicy.EXPLICIT,
+        metadata={REPLICATE_KEY: "true"} if replicated else None,
+    )
 
 
 def sidecar_settings(

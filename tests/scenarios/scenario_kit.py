@@ -17,15 +17,13 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.api.backend import SnapshotView
 from sidecar.api.errors import NotFound
 from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.sidecars import RegionSidecars, read_stored, wait_until
-from sidecar.nats.consumers import REPLICATE_KEY
+from sidecar.dev.sidecars import RegionSidecars, durable_config, read_stored, wait_until
 from sidecar.nats.names import VirtualStream
 from sidecar.runtime import Runtime
 
@@ -87,13 +85,7 @@ async def create_durable(
 ) -> None:
     await js.add_consumer(
         vs.read_stream(region),
-        ConsumerConfig(
-            durable_name=name,
-            deliver_policy=DeliverPolicy.ALL,
-            filter_subject=vs.data_filter(),
-            ack_policy=AckPolicy.EXPLICIT,
-            metadata={REPLICATE_KEY: "true"} if replicated else None,
-        ),
+        durable_config(vs, name, replicated=replicated),
     )
 
 
