@@ -16,10 +16,10 @@ help:
 	@echo "make soak SECONDS=600 - run the protocol simulation for as long as asked"
 	@echo "make bench  - run the benchmarks under bench/"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml devtools/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]' -e ./devtools
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -40,21 +40,19 @@ lint: $(STAMP) proto-check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	@# Test folders import sibling helpers by module name, so each is checked on its own.
-	for d in tests/*/; do MYPYPATH=tests/api:tests/spark $(BIN)/mypy --strict $$d || exit 1; done
-	MYPYPATH=tests/spark $(BIN)/mypy --strict bench scripts protos tests/conftest.py
+	$(BIN)/mypy --strict tests bench scripts protos
 
 test: $(STAMP) java lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m sidecar.dev.demo
+	$(BIN)/python -m examples.demo
 
 demo-spark: $(STAMP) java
-	$(BIN)/python -m spark_jobs.demo_failover
+	$(BIN)/python -m examples.spark_failover
 
 soak: $(STAMP)
-	$(BIN)/python -m sidecar.sim.soak --seconds $${SECONDS:-600}
+	$(BIN)/python -m rsub_dev.sim.soak --seconds $${SECONDS:-600}
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import structlog
 
-from sidecar.dev.cluster import LocalSuperCluster
+from rsub_dev.cluster import LocalSuperCluster
 
 REGIONS = ("west", "central", "east")
 

@@ -14,6 +14,7 @@ import dataclasses
 import random
 import time
 
+from rsub_dev.sim import SimParams, run
 from sidecar.protocol import (
     MachineConfig,
     Marker,
@@ -29,7 +30,6 @@ from sidecar.protocol import (
     decode,
     encode,
 )
-from sidecar.sim import SimParams, run
 
 REGIONS = ("a", "b", "c")
 STREAM = "V"

@@ -26,9 +26,9 @@ import structlog
 from nats.aio.client import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.sidecars import SidecarProcess, durable_config, sidecar_settings
-from sidecar.nats.names import VirtualStream
+from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings
+from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
 
 REGIONS = ("west", "central", "east")

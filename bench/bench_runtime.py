@@ -22,8 +22,8 @@ import nats
 import structlog
 from nats.js import JetStreamContext, api
 
+from rsub_dev.cluster import LocalSuperCluster
 from sidecar.config import Config
-from sidecar.dev.cluster import LocalSuperCluster
 from sidecar.logs import configure_logging
 from sidecar.runtime import Runtime
 

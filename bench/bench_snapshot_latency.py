@@ -24,15 +24,15 @@ import nats
 import structlog
 from nats.aio.client import Client
 
-from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.demo import percentile
-from sidecar.dev.sidecars import (
+from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.sidecars import (
     RegionSidecars,
     durable_config,
+    percentile,
     read_markers,
     snapshot_latencies_ms,
 )
-from sidecar.nats.names import VirtualStream
+from sidecar.naming import VirtualStream
 
 REGIONS = ("west", "central", "east")
 STREAM = "bench"

@@ -29,14 +29,13 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pyspark.sql import DataFrame, SparkSession
 
+# Run as a script (bench/ is sys.path[0]): the repository root makes `tests.support` importable.
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "spark"))
 sys.path.insert(0, str(ROOT))
 
-from spark_helpers import NatsServer, create_layout, wait_sourced  # noqa: E402
-
-from sidecar.nats.names import VirtualStream  # noqa: E402
+from sidecar.naming import VirtualStream  # noqa: E402
 from spark_jobs import rsub_spark  # noqa: E402
+from tests.support.spark_helpers import NatsServer, create_layout, wait_sourced  # noqa: E402
 
 
 async def publish(url: str, vstream: VirtualStream, count: int, payload: bytes) -> None:

@@ -8,6 +8,8 @@ Environment overrides: `RSUB_<KEY>` with `__` between nesting levels (`RSUB_NATS
 `RSUB_SNAPSHOT__INTERVAL_MS`). Scalars are parsed to the declared type, lists of scalars
 are comma separated, lists of sections and maps are YAML flow text
 (`RSUB_STREAMS='[{name: orders}]'`), and an empty value sets an optional key to null.
+An `RSUB_` variable that names no key is an error when it looks like a mistyped setting, and
+is otherwise ignored (Kubernetes service links, for one); docs/configuration.md has the rule.
 """
 
 from __future__ import annotations
@@ -26,11 +28,9 @@ from typing import Any, Literal
 import yaml
 
 from sidecar.logs import LogFormat, LogLevel
-from sidecar.nats.names import NamingError, VirtualStream
+from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM, NamingError, VirtualStream
 
 ENV_PREFIX = "RSUB_"
-DEFAULT_WRITE_STREAM = "{name}-write-{region}"
-DEFAULT_READ_STREAM = "{name}-read-{region}"
 
 # JetStream KV bucket names (the lease bucket).
 BUCKET_RE = re.compile(r"[A-Za-z0-9_-]+")
@@ -529,6 +529,77 @@ def _no_check(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 
 # --- environment overrides ---------------------------------------------------------------
 
+# What Kubernetes injects for every Service in the namespace ("service links"), the Service
+# name upper-cased with '-' as '_': <SVC>_SERVICE_HOST, <SVC>_SERVICE_PORT,
+# <SVC>_SERVICE_PORT_<PORT NAME>, <SVC>_PORT and <SVC>_PORT_<N>_<PROTO>[_PROTO|_PORT|_ADDR].
+# A Service named `rsub` or `rsub-...` gives such RSUB_ variables. A Service name ends with a
+# letter or digit, so a variable with `__` before its last word never has this shape.
+_SERVICE_LINK_RE = re.compile(
+    r"[A-Z](?:[A-Z0-9_]*[A-Z0-9])?_(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9]+(?:_[A-Z0-9]+)*)?"
+    r"|PORT(?:_[0-9]+_(?:TCP|UDP|SCTP)(?:_(?:PROTO|PORT|ADDR))?)?)"
+)
+# Similarity (difflib ratio, nesting ignored) from which an unknown variable counts as a typo
+# of a setting: RSUB_REGOIN, RSUB_LOG_LVL and RSUB_NATS__SERVER are; RSUB_VERSION is not.
+_TYPO_CUTOFF = 0.8
+
+_EnvUse = Literal["setting", "service link", "unrelated"]
+
+
+def _setting_paths(section: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The key path of every key an environment variable can set (sections are walked into)."""
+    hints = typing.get_type_hints(section)
+    for f in dataclasses.fields(section):
+        tp = _optional_inner(hints[f.name]) or hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            assert isinstance(tp, type)
+            yield from _setting_paths(tp, (*prefix, f.name))
+        else:
+            yield (*prefix, f.name)
+
+
+def _flat(name: str) -> str:
+    """The words after the prefix, joined by one `_`: RSUB_LEASE__BUCKET -> lease_bucket."""
+    return "_".join(word for word in name[len(ENV_PREFIX) :].lower().split("_") if word)
+
+
+# Every setting's variable, by its flattened name.
+_SETTING_VARS = {
+    "_".join(path): ENV_PREFIX + "__".join(path).upper() for path in _setting_paths(Config)
+}
+_TOP_LEVEL_KEYS = frozenset(f.name for f in dataclasses.fields(Config))
+
+
+def _did_you_mean(var: str) -> str | None:
+    """The setting variable `var` most likely stands for: the same words nested otherwise
+    (RSUB_LEASE_BUCKET), or a close spelling (RSUB_REGOIN); None if nothing is close."""
+    close = difflib.get_close_matches(_flat(var), _SETTING_VARS, n=1, cutoff=_TYPO_CUTOFF)
+    return _SETTING_VARS[close[0]] if close else None
+
+
+def _env_use(var: str) -> _EnvUse:
+    """How the loader treats an `RSUB_` variable (docs/configuration.md has the rule).
+
+    "setting": meant to set a key (it names one, starts with a top-level key, or is a likely
+    typo of a setting), so anything wrong with it is a configuration error; "service link":
+    a Kubernetes service-link variable, ignored silently; "unrelated": ignored, and `rsub run`
+    logs its name (never its value) at start.
+    """
+    if var in _SETTING_VARS.values():  # a setting wins even if a Service could make it
+        return "setting"
+    if _SERVICE_LINK_RE.fullmatch(var):
+        return "service link"
+    first = var[len(ENV_PREFIX) :].split("__")[0].lower()
+    if first in _TOP_LEVEL_KEYS or _did_you_mean(var) is not None:
+        return "setting"
+    return "unrelated"
+
+
+def unrelated_env(env: Mapping[str, str]) -> list[str]:
+    """The names of the `RSUB_` variables in `env` that the loader ignores as unrelated."""
+    return [
+        var for var in sorted(env) if var.startswith(ENV_PREFIX) and _env_use(var) == "unrelated"
+    ]
+
 
 def _apply_env(
     data: dict[str, Any], env: Mapping[str, str], problems: _Collector
@@ -536,7 +607,7 @@ def _apply_env(
     """Return `data` with the `RSUB_*` overrides applied, and {key path: variable}."""
     env_paths: dict[str, str] = {}
     for var in sorted(env):
-        if not var.startswith(ENV_PREFIX):
+        if not var.startswith(ENV_PREFIX) or _env_use(var) != "setting":
             continue
         keys = [part.lower() for part in var[len(ENV_PREFIX) :].split("__")]
         tp = _env_target(var, keys, problems)
@@ -566,17 +637,9 @@ def _env_target(var: str, keys: list[str], problems: _Collector) -> Any | None:
         if not dataclasses.is_dataclass(section):
             problems.add(var, f"unknown setting: {'.'.join(keys[:depth])} has no sub-keys")
             return None
-        names = [f.name for f in dataclasses.fields(section)]
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            nested = [n for n in names if key.startswith(n + "_")]
-            if nested:  # RSUB_LEASE_BUCKET meant RSUB_LEASE__BUCKET
-                close = [f"{nested[0]}__{key[len(nested[0]) + 1 :]}"]
-            hint = (
-                f" (did you mean {ENV_PREFIX}{'__'.join([*keys[:depth], close[0]]).upper()}?)"
-                if close
-                else ""
-            )
+        if key not in {f.name for f in dataclasses.fields(section)}:
+            close = _did_you_mean(var)
+            hint = f" (did you mean {close}?)" if close else ""
             problems.add(var, f"unknown setting: no key {'.'.join(keys[: depth + 1])!r}{hint}")
             return None
         tp = typing.get_type_hints(section)[key]

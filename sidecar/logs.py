@@ -13,6 +13,7 @@ import sys
 from typing import Literal, TextIO
 
 import structlog
+import structlog.tracebacks
 from structlog.typing import Processor
 
 LogFormat = Literal["auto", "json", "console"]
@@ -43,6 +44,13 @@ def _shared_processors() -> list[Processor]:
     ]
 
 
+# Tracebacks as JSON, without each frame's local variables: a local may hold a secret
+# (a password, a token, a URL with credentials), and a log line must never carry one.
+_TRACEBACKS = structlog.processors.ExceptionRenderer(
+    structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+)
+
+
 def configure_logging(
     format: LogFormat = "auto", level: str = "info", *, stream: TextIO | None = None
 ) -> None:
@@ -54,7 +62,7 @@ def configure_logging(
     out = sys.stdout if stream is None else stream
     use_json = format == "json" or (format == "auto" and not _is_terminal(out))
     renderer: list[Processor] = (
-        [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
+        [_TRACEBACKS, structlog.processors.JSONRenderer()]
         if use_json
         else [structlog.dev.ConsoleRenderer(colors=_is_terminal(out))]
     )

@@ -11,7 +11,7 @@ loop); a 3-region cluster starts in about 5-6 s.
 - `make_cluster`: factory for anything else, e.g.
   `cluster = await make_cluster(["a", "b"], servers_per_region=3)`; takes the keyword
   arguments of `LocalSuperCluster` (the directory defaults to a fresh one under `tmp_path`);
-  annotate it as `sidecar.dev.cluster.ClusterFactory`.
+  annotate it as `rsub_dev.cluster.ClusterFactory`.
 
 Tests that use them should be marked `@pytest.mark.integration`.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.dev.cluster import ClusterFactory, LocalSuperCluster
+from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 
 
 @pytest.fixture

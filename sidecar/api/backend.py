@@ -6,22 +6,17 @@ views below, never protobuf or NATS objects. Backend methods signal failures wit
 exceptions of `sidecar.api.errors`.
 
 Conventions: sequences are read-stream sequences of this region; times are Unix
-milliseconds; `None` means "never happened yet".
+milliseconds; `None` means "never happened yet". A subscription's kind is the protocol's
+`SubscriptionKind` (the same two values in markers, in the machine and on the API).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
-
-class SubscriptionKind(StrEnum):
-    DURABLE = "durable"
-    """A JetStream durable consumer with `rsub.replicate: "true"` metadata."""
-    EXTERNAL = "external"
-    """A cursor committed through `commit_cursor` (for example by the Spark source)."""
+from sidecar.protocol import SubscriptionKind
 
 
 @dataclass(frozen=True)
@@ -36,6 +31,9 @@ class AppliedUpdateView:
 
 @dataclass(frozen=True)
 class SubscriptionView:
+    """Where a subscription stands in this region, as the API serves it (`SubscriptionState`
+    on the wire; built from the machine's `MachineSubscription`)."""
+
     stream: str
     subscription: str
     kind: SubscriptionKind

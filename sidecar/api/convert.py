@@ -14,9 +14,9 @@ from sidecar.api.backend import (
     SourceLinkView,
     StatusView,
     StreamStatusView,
-    SubscriptionKind,
     SubscriptionView,
 )
+from sidecar.protocol import SubscriptionKind
 
 _NO_TIME = 0
 _NO_AGE = -1

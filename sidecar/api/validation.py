@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sidecar.api.errors import InvalidArgument
-from sidecar.nats.names import NamingError, _check_token
+from sidecar.naming import NamingError, check_token
 
 # JetStream's limit for stream and consumer names.
 MAX_NAME_LENGTH = 255
@@ -16,7 +16,7 @@ def require_name(field: str, value: str) -> str:
     if len(value) > MAX_NAME_LENGTH:
         raise InvalidArgument(field, f"must be at most {MAX_NAME_LENGTH} characters")
     try:
-        return _check_token(field, value)
+        return check_token(field, value)
     except NamingError as error:
         # NamingError's message already starts with "<field>: ".
         raise InvalidArgument(field, str(error).removeprefix(f"{field}: ")) from error

@@ -21,6 +21,7 @@ import contextlib
 import ssl
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import ParseResult
 
 import nats
 import structlog
@@ -37,6 +38,8 @@ log = structlog.get_logger(__name__)
 _BACKOFF_START_S = 0.2
 _BACKOFF_MAX_S = 5.0
 _RECONNECT_WAIT_S = 1
+# A one-shot client tries each server twice, briefly apart: it reports, it does not wait out.
+_ONE_SHOT_RETRY_WAIT_S = 0.2
 _CLOSE_TIMEOUT_S = 5.0
 
 
@@ -53,14 +56,20 @@ def tls_context(tls: NatsTlsConfig) -> ssl.SSLContext | None:
     return context
 
 
-def connect_options(config: NatsConfig) -> dict[str, Any]:
-    """Keyword arguments for `nats.connect` (authentication, TLS, reconnect policy)."""
+def connect_options(config: NatsConfig, *, one_shot: bool = False) -> dict[str, Any]:
+    """Keyword arguments for `nats.connect` (authentication, TLS, reconnect policy).
+
+    The sidecar reconnects forever. A `one_shot` client (`rsub topology apply`, the Spark
+    source) tries each
+    server twice at most and never reconnects: an unreachable or refusing cluster ends it at
+    once (nats-py, left to retry a failed TLS handshake itself, can hang).
+    """
     options: dict[str, Any] = {
         "servers": list(config.servers),
         "connect_timeout": config.connect_timeout_s,
-        "allow_reconnect": True,
-        "max_reconnect_attempts": -1,
-        "reconnect_time_wait": _RECONNECT_WAIT_S,
+        "allow_reconnect": not one_shot,
+        "max_reconnect_attempts": 1 if one_shot else -1,
+        "reconnect_time_wait": _ONE_SHOT_RETRY_WAIT_S if one_shot else _RECONNECT_WAIT_S,
     }
     if config.user is not None and config.password is not None:
         options["user"] = config.user
@@ -75,6 +84,17 @@ def connect_options(config: NatsConfig) -> dict[str, Any]:
         if config.tls.server_name is not None:
             options["tls_hostname"] = config.tls.server_name
     return options
+
+
+def server_address(url: ParseResult | None) -> str | None:
+    """`scheme://host:port` of a server URL, never its user info (it may hold a password)."""
+    if url is None:
+        return None
+    host = url.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{host}{port}"
 
 
 class NatsRefused(ConnectionError):
@@ -97,6 +117,11 @@ def refusal(err: BaseException) -> str | None:
     # nats-py raises this one (str: "authorization failed") for the server's violation error.
     text = _REFUSALS[0] if isinstance(err, AuthorizationError) else str(err).lower()
     return next((f"server says {r!r}" for r in _REFUSALS if r in text), None)
+
+
+def refused(config: NatsConfig, reason: str) -> NatsRefused:
+    """The error for a refused first connection: which settings, and why (never a secret)."""
+    return NatsRefused(f"NATS refused the connection ({auth_method(config)}): {reason}")
 
 
 def auth_method(config: NatsConfig) -> str:
@@ -176,17 +201,14 @@ class NatsConnection:
                     return
                 task = asyncio.current_task()
                 if self._refused is not None and not (task is not None and task.cancelling()):
-                    raise NatsRefused(
-                        f"NATS refused the connection ({auth_method(self._config)}): "
-                        f"{self._refused}"
-                    ) from None
+                    raise refused(self._config, self._refused) from None
                 raise
             except (TimeoutError, NatsError, NoServersError, OSError) as err:
                 log.warning("nats_connect_failed", error=repr(err), retry_in_s=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _BACKOFF_MAX_S)
                 continue
-            log.info("nats_connected", server=str(self._nc.connected_url))
+            log.info("nats_connected", server=server_address(self._nc.connected_url))
             self._set(True)
             return
 
@@ -232,7 +254,7 @@ class NatsConnection:
 
     async def _on_reconnected(self) -> None:
         url = self._nc.connected_url if self._nc is not None else None
-        log.info("nats_reconnected", server=str(url))
+        log.info("nats_reconnected", server=server_address(url))
         self._set(True)
 
     async def _on_closed(self) -> None:

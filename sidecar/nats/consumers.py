@@ -8,7 +8,8 @@
   `M` is the stream's last sequence read *before* the listing. Replicated consumers with a
   deliver policy other than `all` / `by_start_sequence` are skipped and logged once.
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
-  the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+).
+  the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+), holding the consumer
+  paused (`CONSUMER.PAUSE`) between its last check and the reset.
 - `set_replicated()` sets or clears the `rsub.replicate` metadata of a durable.
 - `create_consumer()` creates a missing durable from another region's configuration,
   starting at `p + 1`; it never replaces an existing one.
@@ -16,24 +17,28 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
 from nats.aio.client import Client
 from nats.js.errors import APIError
 
+from sidecar.nats import jsapi
+
 log = structlog.get_logger(__name__)
 
 REPLICATE_KEY = "rsub.replicate"
 SUPPORTED_DELIVER_POLICIES = frozenset({"all", "by_start_sequence"})
-_API = "$JS.API"
 _CONSUMER_ALREADY_EXISTS = 10148
 # Metadata keys the server manages itself (`_nats.ver`, ...): never copied to another region.
 _SERVER_METADATA_PREFIX = "_nats."
 _DEFAULT_TIMEOUT_S = 5.0
+# How long a move may hold its consumer paused: the few requests of one move, with room for
+# clock skew between rsub and the server (the pause ends by itself if rsub dies meanwhile).
+_MOVE_PAUSE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -63,20 +68,8 @@ class Positions:
     skipped: tuple[SkippedConsumer, ...]
 
 
-async def api_request(
-    nc: Client, subject: str, payload: Mapping[str, Any] | None = None, *, timeout_s: float
-) -> dict[str, Any]:
-    """One JetStream API call; an error reply raises the matching `nats.js.errors.APIError`."""
-    body = json.dumps(payload).encode() if payload is not None else b""
-    reply = await nc.request(f"{_API}.{subject}", body, timeout=timeout_s)
-    data: dict[str, Any] = json.loads(reply.data)
-    if "error" in data:
-        APIError.from_error(data["error"])  # raises
-    return data
-
-
 async def stream_last_seq(nc: Client, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> int:
-    info = await api_request(nc, f"STREAM.INFO.{stream}", timeout_s=timeout_s)
+    info = await jsapi.request(nc, f"STREAM.INFO.{stream}", timeout_s=timeout_s)
     return int(info["state"]["last_seq"])
 
 
@@ -143,7 +136,7 @@ class PositionReader:
     async def _list(self, nc: Client) -> list[dict[str, Any]]:
         infos: list[dict[str, Any]] = []
         while True:
-            page = await api_request(
+            page = await jsapi.request(
                 nc,
                 f"CONSUMER.LIST.{self._stream}",
                 {"offset": len(infos)},
@@ -181,15 +174,29 @@ async def move_forward(
     there, and a reset would rewind its delivery (redelivering, acks in flight unanswered).
     Raises `nats.js.errors.NotFoundError` when the durable does not exist.
     """
-    info = await api_request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
-    before = int((info.get("ack_floor") or {}).get("stream_seq", 0))
-    delivered = int((info.get("delivered") or {}).get("stream_seq", 0))
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
     start = await _clamped_start(nc, stream, position, timeout_s)
-    if start - 1 <= max(before, delivered):
-        return MoveOutcome(False, before, before)
-    reply = await api_request(
-        nc, f"CONSUMER.RESET.{stream}.{durable}", {"seq": start}, timeout_s=timeout_s
-    )
+    if not _behind(info, start):
+        return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
+    # Safety: the check above and the reset are two requests; a client fetching between them
+    # would get messages past `start - 1` that the reset then rewinds (delivered again, their
+    # acks unanswered). Paused, the consumer delivers nothing, so the re-check under the pause
+    # still holds when the reset lands. A consumer its user paused delivers nothing either,
+    # and is left paused. If rsub dies inside the window the pause lapses by itself.
+    paused_here = not info.get("paused", False)
+    if paused_here:
+        await _pause(nc, stream, durable, timeout_s)
+    try:
+        info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
+        before = _ack_floor(info)
+        if not _behind(info, start):
+            return MoveOutcome(False, before, before)
+        reply = await jsapi.request(
+            nc, f"CONSUMER.RESET.{stream}.{durable}", {"seq": start}, timeout_s=timeout_s
+        )
+    finally:
+        if paused_here:
+            await jsapi.request(nc, f"CONSUMER.PAUSE.{stream}.{durable}", timeout_s=timeout_s)
     after = int((reply.get("ack_floor") or {}).get("stream_seq", start - 1))
     log.info(
         "subscription_moved",
@@ -200,6 +207,27 @@ async def move_forward(
         requested=position,
     )
     return MoveOutcome(True, before, after)
+
+
+def _ack_floor(info: Mapping[str, Any]) -> int:
+    return int((info.get("ack_floor") or {}).get("stream_seq", 0))
+
+
+def _behind(info: Mapping[str, Any], start: int) -> bool:
+    """Whether the consumer has neither acked nor delivered up to `start - 1`."""
+    delivered = int((info.get("delivered") or {}).get("stream_seq", 0))
+    return start - 1 > max(_ack_floor(info), delivered)
+
+
+async def _pause(nc: Client, stream: str, durable: str, timeout_s: float) -> None:
+    """Pause `durable` for at most `_MOVE_PAUSE_S` (`CONSUMER.PAUSE`, server 2.11+)."""
+    until = datetime.now(UTC) + timedelta(seconds=_MOVE_PAUSE_S)
+    await jsapi.request(
+        nc,
+        f"CONSUMER.PAUSE.{stream}.{durable}",
+        {"pause_until": until.isoformat().replace("+00:00", "Z")},
+        timeout_s=timeout_s,
+    )
 
 
 def replica_config(origin: Mapping[str, Any], durable: str, start_seq: int) -> dict[str, Any]:
@@ -234,7 +262,7 @@ async def create_consumer(
     start = await _clamped_start(nc, stream, position, timeout_s)
     config = replica_config(origin_config, durable, start)
     try:
-        await api_request(
+        await jsapi.request(
             nc,
             f"CONSUMER.CREATE.{stream}.{durable}",
             {"stream_name": stream, "config": config, "action": "create"},
@@ -261,7 +289,7 @@ async def set_replicated(
     Raises `NotFoundError` for a missing durable and `ValueError` when the durable cannot be
     replicated (its deliver policy).
     """
-    info = await api_request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
     config = dict(info["config"])
     policy = str(config.get("deliver_policy", "all"))
     if replicated and policy not in SUPPORTED_DELIVER_POLICIES:
@@ -274,7 +302,7 @@ async def set_replicated(
     else:
         metadata.pop(REPLICATE_KEY, None)
     config["metadata"] = metadata
-    updated = await api_request(
+    updated = await jsapi.request(
         nc,
         f"CONSUMER.CREATE.{stream}.{durable}",
         {"stream_name": stream, "config": config, "action": "update"},

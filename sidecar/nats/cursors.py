@@ -20,15 +20,14 @@ from dataclasses import dataclass
 
 import structlog
 from nats.aio.client import Client
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from sidecar.nats.consumers import api_request
+from sidecar.nats import jsapi
 
 log = structlog.get_logger(__name__)
 
 _CAS_ATTEMPTS = 20
-_NO_MESSAGE_FOUND = 10037
 _DEFAULT_TIMEOUT_S = 5.0
 
 
@@ -152,15 +151,7 @@ class TrailingMarkers:
         Asked of the stream leader, not with a direct get: a lagging replica answering "none"
         would claim data the cursor has not consumed.
         """
-        try:
-            reply = await api_request(
-                nc,
-                f"STREAM.MSG.GET.{self._stream}",
-                {"seq": seq, "next_by_subj": self._filter},
-                timeout_s=self._timeout,
-            )
-        except APIError as err:
-            if err.err_code == _NO_MESSAGE_FOUND:
-                return None
-            raise
-        return int(reply["message"]["seq"])
+        found = await jsapi.msg_get(
+            nc, self._stream, seq, next_by_subj=self._filter, timeout_s=self._timeout
+        )
+        return int(found["seq"]) if found is not None else None

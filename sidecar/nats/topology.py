@@ -15,14 +15,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
+from nats.js.errors import APIError
 
-from sidecar.nats.names import SOURCE_HEADER, VirtualStream
+from sidecar.naming import SOURCE_HEADER, VirtualStream
+from sidecar.nats import jsapi
 
 log = structlog.get_logger(__name__)
 
@@ -36,12 +37,12 @@ WRITE_DUPLICATE_WINDOW_NS = 2 * 60 * 1_000_000_000
 READ_DUPLICATE_WINDOW_NS = 10 * 60 * 1_000_000_000
 
 _ERR_STREAM_NOT_FOUND = 10059
-_ERR_NO_MESSAGE = 10037
 _SCAN_BATCH = 64
 _SETTLE_S = 0.5
 _SETTLE_ROUNDS = 20
 
-Action = Literal["created", "updated", "unchanged"]
+StreamChange = Literal["created", "updated", "unchanged"]
+"""What `apply_topology` did to one stream."""
 Role = Literal["write", "read"]
 
 
@@ -63,7 +64,7 @@ class StreamReport:
     stream: str
     region: str
     role: Role
-    action: Action
+    action: StreamChange
     fields: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -98,7 +99,7 @@ class TopologyReport:
 
 
 class _JsApi:
-    """Raw JetStream API requests (JSON in, JSON out)."""
+    """The topology's JetStream calls: `jsapi` requests whose errors become TopologyErrors."""
 
     def __init__(self, nc: Any, prefix: str, timeout: float) -> None:
         self._nc = nc
@@ -106,25 +107,21 @@ class _JsApi:
         self._timeout = timeout
 
     async def call(self, op: str, body: JsonDict | None = None) -> JsonDict:
-        payload = json.dumps(body).encode() if body is not None else b""
-        msg = await self._nc.request(f"{self._prefix}.{op}", payload, timeout=self._timeout)
-        reply: JsonDict = json.loads(msg.data)
-        return reply
+        return await jsapi.request(self._nc, op, body, timeout_s=self._timeout, prefix=self._prefix)
 
     async def stream_info(self, name: str) -> JsonDict | None:
-        reply = await self.call(f"STREAM.INFO.{name}")
-        error = reply.get("error")
-        if error is None:
-            return reply
-        if error.get("err_code") == _ERR_STREAM_NOT_FOUND:
-            return None
-        raise TopologyError(name, "info", str(error.get("description")))
+        try:
+            return await self.call(f"STREAM.INFO.{name}")
+        except APIError as err:
+            if err.err_code == _ERR_STREAM_NOT_FOUND:
+                return None
+            raise TopologyError(name, "info", str(err.description)) from err
 
     async def put_stream(self, op: str, cfg: JsonDict, field: str) -> None:
-        reply = await self.call(f"STREAM.{op}.{cfg['name']}", cfg)
-        error = reply.get("error")
-        if error is not None:
-            raise TopologyError(cfg["name"], field, f"server refused: {error.get('description')}")
+        try:
+            await self.call(f"STREAM.{op}.{cfg['name']}", cfg)
+        except APIError as err:
+            raise TopologyError(cfg["name"], field, f"server refused: {err.description}") from err
 
     async def streams_with_subject(self, subject: str) -> list[str]:
         reply = await self.call("STREAM.NAMES", {"subject": subject})
@@ -132,13 +129,14 @@ class _JsApi:
 
     async def message_meta(self, stream: str, seq: int) -> tuple[str | None, str] | None:
         """(Nats-Stream-Source header or None, time) of message `seq`; None if absent."""
-        reply = await self.call(f"STREAM.MSG.GET.{stream}", {"seq": seq})
-        error = reply.get("error")
-        if error is not None:
-            if error.get("err_code") == _ERR_NO_MESSAGE:
-                return None
-            raise TopologyError(stream, "messages", str(error.get("description")))
-        message: JsonDict = reply["message"]
+        try:
+            message = await jsapi.msg_get(
+                self._nc, stream, seq, timeout_s=self._timeout, prefix=self._prefix
+            )
+        except APIError as err:
+            raise TopologyError(stream, "messages", str(err.description)) from err
+        if message is None:
+            return None
         hdrs = message.get("hdrs")
         header = _header_value(base64.b64decode(hdrs), SOURCE_HEADER) if hdrs else None
         return header, str(message["time"])
@@ -519,7 +517,7 @@ async def _execute(api: _JsApi, vs: VirtualStream, plan: _Plan) -> None:
 def _api_for(nc_or_js: Any, timeout: float) -> _JsApi:
     # A JetStreamContext carries its connection and API prefix (domain) along.
     nc = getattr(nc_or_js, "_nc", nc_or_js)
-    prefix = getattr(nc_or_js, "_prefix", "$JS.API")
+    prefix = getattr(nc_or_js, "_prefix", jsapi.API_PREFIX)
     return _JsApi(nc, prefix, timeout)
 
 
@@ -551,7 +549,7 @@ async def apply_topology(
     plans += [await planner.plan_read(r) for r in vstream.regions]
     reports: list[StreamReport] = []
     for plan in plans:
-        action: Action = (
+        action: StreamChange = (
             "created" if plan.existing is None else "updated" if plan.fields else "unchanged"
         )
         if action != "unchanged" and not dry_run:

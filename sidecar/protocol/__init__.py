@@ -12,8 +12,10 @@ Inputs
                                        `SnapshotStarted`); never while one is pending, on a
                                        follower, or without a replicated subscription.
     marker_seen(read_seq, marker)      a decoded marker at `read_seq` of this region's read
-                                       stream, in tail order (`markers.decode` first).
-    marker_rejected(read_seq, rej)     a message on the marker subjects that `decode` rejected.
+                                       stream, in tail order (`markers.decode`, then
+                                       `markers.check_writer` against its subject).
+    marker_rejected(read_seq, rej)     a message on the marker subjects that `decode` or
+                                       `check_writer` rejected.
     read_stream_advanced(last_seq)     the read stream's last sequence (from stream info).
     positions_read({sub: M}, last_seq) effective mark-delete positions of local subscriptions
                                        (ack floor, or last_seq read *before* the consumer info
@@ -32,7 +34,7 @@ Inputs
                                        call `became_leader` on it once the lease is held.
 
 Outputs (frozen dataclasses)
-    actions:  PublishReplicated(marker)  -> write stream (encode with `markers.encode`)
+    actions:  PublishReplicated(marker)  -> write stream (`markers.encode`, `marker_msg_id`)
               PublishLocal(marker)       -> own read stream (completed snapshots)
               MoveConsumer(sub, ack_floor) -> consumer reset to seq ack_floor+1 (clamp)
               MoveCursor(sub, ack_floor)   -> stored external cursor
@@ -41,7 +43,7 @@ Outputs (frozen dataclasses)
               UpdateSent, UpdateApplied, MarkerIgnored(reason), MarkerRejected, LeadershipLost
 
 Queries
-    subscription(name) / subscriptions() -> SubscriptionView, completed_snapshots(),
+    subscription(name) / subscriptions() -> MachineSubscription, completed_snapshots(),
     pending() -> PendingView | None, last_completed_ms, is_leader, epoch.
 
 Followers track completed snapshots (from the snapshot markers in the read stream), updates
@@ -59,6 +61,7 @@ from sidecar.protocol.machine import (
     IgnoreReason,
     LeadershipLost,
     MachineConfig,
+    MachineSubscription,
     MarkerIgnored,
     MarkerRejected,
     MoveConsumer,
@@ -73,7 +76,6 @@ from sidecar.protocol.machine import (
     SnapshotTimedOut,
     StreamMachine,
     SubscriptionInfo,
-    SubscriptionView,
     UpdateApplied,
     UpdateSent,
 )
@@ -88,8 +90,10 @@ from sidecar.protocol.markers import (
     SnapshotId,
     SubscriptionKind,
     Update,
+    check_writer,
     decode,
     encode,
+    marker_msg_id,
 )
 
 __all__ = [
@@ -102,6 +106,7 @@ __all__ = [
     "IgnoreReason",
     "LeadershipLost",
     "MachineConfig",
+    "MachineSubscription",
     "Marker",
     "MarkerIgnored",
     "MarkerRejected",
@@ -125,10 +130,11 @@ __all__ = [
     "StreamMachine",
     "SubscriptionInfo",
     "SubscriptionKind",
-    "SubscriptionView",
     "Update",
     "UpdateApplied",
     "UpdateSent",
+    "check_writer",
     "decode",
     "encode",
+    "marker_msg_id",
 ]

@@ -211,7 +211,10 @@ class AppliedUpdate:
 
 
 @dataclass(frozen=True, slots=True)
-class SubscriptionView:
+class MachineSubscription:
+    """What the machine knows of one subscription (its query answer; the API's
+    `MachineSubscription` is built from it)."""
+
     name: str
     kind: SubscriptionKind
     replicated: bool
@@ -464,11 +467,11 @@ class StreamMachine:
             return None
         return PendingView(a.id, a.round, a.started_ms, tuple(sorted(a.waiting)))
 
-    def subscription(self, name: str) -> SubscriptionView | None:
+    def subscription(self, name: str) -> MachineSubscription | None:
         sub = self._subs.get(name)
         if sub is None:
             return None
-        return SubscriptionView(
+        return MachineSubscription(
             name,
             sub.info.kind,
             sub.info.replicated,
@@ -479,7 +482,7 @@ class StreamMachine:
             len(sub.cache),
         )
 
-    def subscriptions(self) -> list[SubscriptionView]:
+    def subscriptions(self) -> list[MachineSubscription]:
         return [v for n in sorted(self._subs) if (v := self.subscription(n)) is not None]
 
     # ---- overridable steps (the simulator's broken variants replace these) -----------------

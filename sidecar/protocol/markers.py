@@ -1,8 +1,10 @@
-"""Marker values and their protobuf codec (`protos/rsub/v1/markers.proto`).
+"""Marker values, their protobuf codec (`protos/rsub/v1/markers.proto`) and their wire facts.
 
 The state machine works on the frozen dataclasses below; `encode` turns one into bytes for
 the wire and `decode` validates bytes read from a read stream. `decode` never raises: any
-problem becomes a `Rejected` value naming the field at fault.
+problem becomes a `Rejected` value naming the field at fault. `check_writer` then holds a
+decoded marker against the subject it was stored under, and `marker_msg_id` names a marker
+for the server's de-duplication when it is published.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ MAX_ROUND = 2
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,254}")
 
 
-class SubscriptionKind(enum.Enum):
+class SubscriptionKind(enum.StrEnum):
+    """How a subscription is stored in its region: in markers, in the machine and in the API."""
+
     DURABLE = "durable"
+    """A JetStream durable consumer with `rsub.replicate: "true"` metadata."""
     EXTERNAL = "external"
+    """A cursor committed through the API's `CommitCursor` (for example by the Spark source)."""
 
 
 _KIND_TO_PB = {
@@ -167,6 +173,40 @@ def decode(
         return _validate(msg, stream, regions)
     except _Invalid as exc:
         return Rejected(exc.reason, exc.detail)
+
+
+def check_writer(decoded: Marker | Rejected, subject: str) -> Marker | Rejected:
+    """`decoded` unless it was stored under the subject of another region than its writer's.
+
+    The last token of a marker subject names the region that wrote it (`_rsub.<V>.marker.<r>`
+    and `_rsub.<V>.snapshot.<r>`, see `VirtualStream.marker_subject`). NATS permissions let a
+    region's sidecar publish only on its own subjects, while the `region` field is whatever the
+    writer put in the body: only a marker whose two regions agree may speak for its region
+    (otherwise one region could fence or answer in the name of another).
+    """
+    subject_region = subject.rsplit(".", 1)[-1]
+    if isinstance(decoded, Marker) and decoded.region != subject_region:
+        return Rejected(
+            RejectReason.INVALID_FIELD,
+            f"region: {decoded.region!r} wrote on the subject of {subject_region!r}",
+        )
+    return decoded
+
+
+def marker_msg_id(marker: Marker) -> str:
+    """The `Nats-Msg-Id` of a marker: unique to its content, so a retried publish is stored once.
+
+    Ids are global across regions and streams: a request or snapshot id already names its
+    region, a response names its responder, an update its subscription and snapshot.
+    """
+    body, prefix = marker.body, f"rsub.{marker.stream}"
+    if isinstance(body, Request):
+        return f"{prefix}.req.{body.id}.{body.round}"
+    if isinstance(body, Response):
+        return f"{prefix}.resp.{marker.region}.{body.id}.{body.round}"
+    if isinstance(body, Snapshot):
+        return f"{prefix}.snap.{body.id}"
+    return f"{prefix}.upd.{body.subscription}.{body.snapshot_id}"
 
 
 def _validate(msg: pb.Marker, stream: str, regions: Collection[str]) -> Marker:

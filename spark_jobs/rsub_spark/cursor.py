@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import grpc
 import structlog
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.client import TlsOptionNames, call_metadata, open_channel
+from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions
 
 log = structlog.get_logger(__name__)
+
+_TLS_OPTIONS = TlsOptionNames("sidecarTlsCa", "sidecarTlsCert", "sidecarTlsKey")
 
 
 class SidecarError(RuntimeError):
@@ -17,14 +22,46 @@ class SidecarError(RuntimeError):
 
 
 class SidecarClient:
-    """A small synchronous client of one region's sidecar (CursorService)."""
+    """A small synchronous client of one region's sidecar (CursorService).
 
-    def __init__(self, address: str, *, token: str | None = None, timeout_s: float = 10.0) -> None:
+    TLS when `tls_ca` is given (with `tls_cert`/`tls_key` for mutual TLS); a file that cannot
+    be read fails here with SidecarError naming the Spark option.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 10.0,
+        tls_ca: Path | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+    ) -> None:
         self.address = address
         self._timeout_s = timeout_s
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
-        self._channel = grpc.insecure_channel(address)
+        self._metadata = call_metadata(token)
+        try:
+            self._channel = open_channel(
+                address, _TLS_OPTIONS, ca=tls_ca, cert=tls_cert, key=tls_key
+            )
+        except ValueError as error:
+            raise SidecarError(f"sidecar {address}: option {error}") from None
         self._stub = api_pb2_grpc.CursorServiceStub(self._channel)
+
+    @classmethod
+    def for_options(cls, opts: RsubOptions) -> SidecarClient:
+        """The client of the sidecar that `opts` names (token, timeout and TLS included)."""
+        if opts.sidecar is None:
+            raise RsubOptionError("option sidecar is required to reach the sidecar")
+        return cls(
+            opts.sidecar,
+            token=opts.sidecar_token,
+            timeout_s=opts.timeout_ms / 1000,
+            tls_ca=opts.sidecar_tls_ca,
+            tls_cert=opts.sidecar_tls_cert,
+            tls_key=opts.sidecar_tls_key,
+        )
 
     def close(self) -> None:
         self._channel.close()

@@ -49,9 +49,7 @@ class CursorCommitListener(StreamingQueryListener):
         self._read_stream = opts.read_stream
         self._subscription = opts.subscription
         self._query_name = query_name
-        self._client = SidecarClient(
-            opts.sidecar, token=opts.sidecar_token, timeout_s=opts.timeout_ms / 1000
-        )
+        self._client = SidecarClient.for_options(opts)
         self._committed = 0
         self._changed = threading.Condition()
 

@@ -14,6 +14,7 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
@@ -23,8 +24,11 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from sidecar.nats.names import NamingError, VirtualStream
-from spark_jobs.rsub_spark.options import DEFAULT_WRITE_STREAM_PATTERN, RsubOptions
+from sidecar.config import NatsConfig, NatsTlsConfig, Secret
+from sidecar.naming import NamingError, VirtualStream, region_in_stream
+from sidecar.nats import jsapi
+from sidecar.nats.connection import connect_options
+from spark_jobs.rsub_spark.options import RsubOptions
 from spark_jobs.rsub_spark.rows import EPOCH, MICROSECOND, Record, rfc3339_micros
 
 log = structlog.get_logger(__name__)
@@ -101,25 +105,28 @@ class NatsSession:
         loop.close()
 
 
+def nats_config(opts: RsubOptions) -> NatsConfig:
+    """The source's NATS settings in the form the sidecar's one connection builder takes."""
+    return NatsConfig(
+        servers=opts.servers,
+        user=opts.user,
+        password=Secret(opts.password) if opts.password is not None else None,
+        token=Secret(opts.token) if opts.token is not None else None,
+        creds_file=Path(opts.creds_file) if opts.creds_file is not None else None,
+        tls=NatsTlsConfig(ca_file=opts.tls_ca, cert_file=opts.tls_cert, key_file=opts.tls_key),
+        connect_timeout_s=opts.timeout_ms / 1000,
+    )
+
+
 async def connect(opts: RsubOptions) -> NATS:
     """Connects to the region's servers once, without retrying; fails naming the servers."""
-    kwargs: dict[str, Any] = {
-        "servers": list(opts.servers),
-        "connect_timeout": opts.timeout_ms / 1000,
-        # Each server is tried twice at most (0 would mean: forever).
-        "max_reconnect_attempts": 1,
-        "reconnect_time_wait": 0.2,
-        "allow_reconnect": False,
-        "name": f"rsub-spark {opts.read_stream}",
-    }
-    if opts.user is not None:
-        kwargs["user"] = opts.user
-    if opts.password is not None:
-        kwargs["password"] = opts.password
-    if opts.token is not None:
-        kwargs["token"] = opts.token
-    if opts.creds_file is not None:
-        kwargs["user_credentials"] = opts.creds_file
+    try:
+        options = connect_options(nats_config(opts), one_shot=True)
+    except OSError as exc:  # an unreadable TLS file
+        raise RsubReadError(
+            f"cannot read the TLS files of options tlsCa/tlsCert/tlsKey: {exc}"
+        ) from exc
+    options["name"] = f"rsub-spark {opts.read_stream}"
 
     errors: list[Exception] = []
 
@@ -127,7 +134,7 @@ async def connect(opts: RsubOptions) -> NATS:
         errors.append(error)
 
     try:
-        return await nats.connect(**kwargs, error_cb=remember)
+        return await nats.connect(**options, error_cb=remember)
     except Exception as exc:
         servers = ",".join(opts.servers)
         cause = errors[-1] if errors else exc
@@ -135,15 +142,12 @@ async def connect(opts: RsubOptions) -> NATS:
 
 
 def _origins(opts: RsubOptions, sources: list[Any] | None) -> VirtualStream | None:
-    prefix, suffix = DEFAULT_WRITE_STREAM_PATTERN.split("{region}")
-    prefix = prefix.format(name=opts.stream)
-    regions = tuple(
-        s.name[len(prefix) : len(s.name) - len(suffix)]
-        for s in sources or []
-        if s.name.startswith(prefix) and s.name.endswith(suffix) and len(s.name) > len(prefix)
-    )
+    """The virtual stream whose write streams feed the read stream, for origin columns."""
+    pattern = opts.write_stream_pattern
+    found = (region_in_stream(pattern, opts.stream, s.name) for s in sources or [])
+    regions = tuple(region for region in found if region is not None)
     try:
-        return VirtualStream(opts.stream, regions) if regions else None
+        return VirtualStream(opts.stream, regions, write_pattern=pattern) if regions else None
     except NamingError:
         log.warning("rsub.origins_unparsed", stream=opts.read_stream, regions=regions)
         return None
@@ -235,7 +239,9 @@ async def _direct_chunks(
         pending_msgs_limit=_PENDING_MSGS_LIMIT,
         pending_bytes_limit=_PENDING_BYTES_LIMIT,
     )
-    api = f"$JS.API.DIRECT.GET.{opts.read_stream}"
+    # A batched direct get answers one request with many messages on an inbox: a stream of
+    # replies, not the request/reply call of `sidecar.nats.jsapi`.
+    api = f"{jsapi.API_PREFIX}.DIRECT.GET.{opts.read_stream}"
     stale_answers = 0
     try:
         while not collector.done:

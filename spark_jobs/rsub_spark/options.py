@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-DEFAULT_READ_STREAM_PATTERN = "{name}-read-{region}"
-DEFAULT_WRITE_STREAM_PATTERN = "{name}-write-{region}"
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+from sidecar.naming import (
+    DEFAULT_READ_STREAM,
+    DEFAULT_WRITE_STREAM,
+    NamingError,
+    VirtualStream,
+    check_token,
+)
+
+# Stands in for the region when only readStream is given, to validate writeStreamPattern.
+_SAMPLE_REGION = "region"
 
 # Spark lower-cases option names; the canonical spelling is kept for messages and docs.
 KNOWN_OPTIONS: dict[str, str] = {
@@ -20,9 +27,14 @@ KNOWN_OPTIONS: dict[str, str] = {
         "stream",
         "region",
         "readStream",
+        "readStreamPattern",
+        "writeStreamPattern",
         "subscription",
         "sidecar",
         "sidecarToken",
+        "sidecarTlsCa",
+        "sidecarTlsCert",
+        "sidecarTlsKey",
         "startingOffsets",
         "endingOffsets",
         "maxOffsetsPerTrigger",
@@ -36,6 +48,9 @@ KNOWN_OPTIONS: dict[str, str] = {
         "password",
         "token",
         "credsFile",
+        "tlsCa",
+        "tlsCert",
+        "tlsKey",
     )
 }
 
@@ -66,10 +81,16 @@ class RsubOptions:
     servers: tuple[str, ...]
     stream: str
     read_stream: str
+    # The virtual stream's write-stream pattern: reads the origin region of each row.
+    write_stream_pattern: str
     region: str | None
     subscription: str | None
     sidecar: str | None
     sidecar_token: str | None
+    # Files on the driver for a TLS channel to the sidecar (none: plaintext).
+    sidecar_tls_ca: Path | None
+    sidecar_tls_cert: Path | None
+    sidecar_tls_key: Path | None
     starting: StartingOffsets | None
     ending: EndingOffsets
     max_offsets_per_trigger: int | None
@@ -83,6 +104,10 @@ class RsubOptions:
     password: str | None
     token: str | None
     creds_file: str | None
+    # Files for TLS to NATS, on the driver and on every executor (none: plaintext).
+    tls_ca: Path | None
+    tls_cert: Path | None
+    tls_key: Path | None
 
     @property
     def data_filter(self) -> str:
@@ -161,12 +186,15 @@ def _parse_ending(value: str) -> EndingOffsets:
 
 
 def _check_name(option: str, value: str) -> str:
-    if not _NAME_RE.fullmatch(value):
-        raise RsubOptionError(
-            f"option {option}: {value!r} is not a valid name (letters, digits, '_' and '-', "
-            "not starting with '_' or '-')"
-        )
-    return value
+    try:
+        return check_token(option, value)
+    except NamingError as exc:
+        raise RsubOptionError(f"option {exc}") from None
+
+
+def _path(given: Mapping[str, str], name: str) -> Path | None:
+    value = given.get(name, "").strip()
+    return Path(value) if value else None
 
 
 def parse_options(raw: Mapping[str, str]) -> RsubOptions:
@@ -190,11 +218,33 @@ def parse_options(raw: Mapping[str, str]) -> RsubOptions:
     region = given.get("region", "").strip() or None
     if region is not None:
         _check_name("region", region)
+    write_pattern = given.get("writeStreamPattern", "").strip() or DEFAULT_WRITE_STREAM
+    read_pattern = given.get("readStreamPattern", "").strip() or DEFAULT_READ_STREAM
+    try:
+        virtual = VirtualStream(
+            stream,
+            (region or _SAMPLE_REGION,),
+            write_pattern=write_pattern,
+            read_pattern=read_pattern,
+        )
+    except NamingError as exc:
+        # Name and region are valid tokens by now: the contract refused a pattern, and its
+        # message starts with which. The default read pattern is only ever refused for
+        # colliding with the write pattern the user gave.
+        at_fault = str(exc).partition(":")[0]
+        option = (
+            "readStreamPattern"
+            if at_fault == "read_pattern" and "readStreamPattern" in given
+            else "writeStreamPattern"
+        )
+        raise RsubOptionError(f"option {option}: {exc}") from None
     read_stream = given.get("readStream", "").strip()
+    if read_stream and "readStreamPattern" in given:
+        raise RsubOptionError("options readStream and readStreamPattern exclude each other")
     if not read_stream:
         if region is None:
             raise RsubOptionError("option region is required unless readStream names the stream")
-        read_stream = DEFAULT_READ_STREAM_PATTERN.format(name=stream, region=region)
+        read_stream = virtual.read_stream(region)
     _check_name("readStream", read_stream)
 
     starting = _parse_starting(given["startingOffsets"]) if "startingOffsets" in given else None
@@ -220,14 +270,25 @@ def parse_options(raw: Mapping[str, str]) -> RsubOptions:
     has_user = "user" in given or "password" in given
     if has_token and has_user:
         raise RsubOptionError("options token and user/password exclude each other")
+    if ("user" in given) != ("password" in given):
+        # The connection builder sends a user only with its password: refuse, never connect
+        # anonymously in silence.
+        raise RsubOptionError("options user and password go together")
+    tls_cert, tls_key = _path(given, "tlsCert"), _path(given, "tlsKey")
+    if (tls_cert is None) != (tls_key is None):
+        raise RsubOptionError("options tlsCert and tlsKey go together")
     return RsubOptions(
         servers=servers,
         stream=stream,
         read_stream=read_stream,
+        write_stream_pattern=write_pattern,
         region=region,
         subscription=subscription,
         sidecar=sidecar,
         sidecar_token=given.get("sidecarToken"),
+        sidecar_tls_ca=_path(given, "sidecarTlsCa"),
+        sidecar_tls_cert=_path(given, "sidecarTlsCert"),
+        sidecar_tls_key=_path(given, "sidecarTlsKey"),
         starting=starting,
         ending=_parse_ending(given.get("endingOffsets", "latest")),
         max_offsets_per_trigger=max_per_trigger,
@@ -245,4 +306,7 @@ def parse_options(raw: Mapping[str, str]) -> RsubOptions:
         password=given.get("password"),
         token=given.get("token"),
         creds_file=given.get("credsFile"),
+        tls_ca=_path(given, "tlsCa"),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )

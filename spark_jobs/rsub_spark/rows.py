@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sidecar.nats.names import SOURCE_HEADER, VirtualStream
+from sidecar.naming import SOURCE_HEADER, VirtualStream
 
 # Publishers may set this header to the original publish time, as unix milliseconds or
 # RFC 3339; without it (or when it does not parse) `timestamp` is the time the message was

@@ -86,7 +86,7 @@ def starting_sequence(opts: RsubOptions, streaming: bool, bounds: StreamBounds) 
     if starting.kind == "sequence":
         return starting.sequence - 1
     assert opts.sidecar is not None and opts.subscription is not None  # checked by parse_options
-    client = SidecarClient(opts.sidecar, token=opts.sidecar_token, timeout_s=opts.timeout_ms / 1000)
+    client = SidecarClient.for_options(opts)
     try:
         mark_delete = client.mark_delete(opts.stream, opts.subscription)
     finally:

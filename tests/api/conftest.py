@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from api_fakes import Certs, MemoryBackend, make_certs
 
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
+from tests.support.api_fakes import Certs, MemoryBackend, make_certs
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 
-from sidecar.api.cli import table
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.cli import main
+from sidecar.cli.remote import table
 from sidecar.config import GrpcTlsConfig
+from tests.support.api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 
 
 async def rsub(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -7,16 +7,17 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
-from sidecar.api.backend import Readiness, SubscriptionKind
+from sidecar.api.backend import Readiness
 from sidecar.api.errors import ApiError, InvalidArgument, NotFound, NotLeader, Unavailable
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server, status_of
 from sidecar.config import GrpcTlsConfig
+from sidecar.protocol import SubscriptionKind
+from tests.support.api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 
 Code = grpc.StatusCode
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from api_fakes import MemoryBackend
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.api.backend import Readiness
 from sidecar.api.http_server import HttpServerHandle, start_http_server
 from sidecar.api.metrics import SidecarMetrics
+from tests.support.api_fakes import MemoryBackend
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 

@@ -10,8 +10,6 @@ import pytest
 import structlog
 
 from sidecar.config import (
-    DEFAULT_READ_STREAM,
-    DEFAULT_WRITE_STREAM,
     Config,
     ConfigError,
     Secret,
@@ -19,6 +17,7 @@ from sidecar.config import (
     split_host_port,
 )
 from sidecar.logs import configure_logging
+from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM
 
 
 def minimal() -> dict[str, Any]:
@@ -210,11 +209,11 @@ def test_all_problems_are_listed_at_once() -> None:
     data["snapshot"] = {"interval_ms": -5, "cache_size": "x"}
     data["grpc"] = {"listen": "nope"}
     data["extra"] = 1
-    problems = problems_of(data, {"RSUB_NOPE": "1"})
+    problems = problems_of(data, {"RSUB_SNAPSHOT__INTERVAL": "1", "RSUB_NOPE": "1"})
     keys = sorted(p.split(":")[0] for p in problems)
     assert keys == sorted(
         [
-            "RSUB_NOPE",
+            "RSUB_SNAPSHOT__INTERVAL",
             "extra",
             "region",
             "snapshot.interval_ms",
@@ -279,7 +278,23 @@ def test_env_empty_value_clears_an_optional_key() -> None:
             {"RSUB_NATS__SERVERS": "nats://a:1,,nats://b:2"},
             "nats.servers: empty item in comma-separated list",
         ),
-        ({"RSUB_COLOUR": "blue"}, "RSUB_COLOUR: unknown setting: no key 'colour'"),
+        (
+            {"RSUB_REGOIN": "east"},
+            "RSUB_REGOIN: unknown setting: no key 'regoin' (did you mean RSUB_REGION?)",
+        ),
+        (
+            {"RSUB_NATS_SERVERS": "nats://a:1"},
+            "RSUB_NATS_SERVERS: unknown setting: no key 'nats_servers' (did you mean RSUB_NATS__SERVERS?)",
+        ),
+        (
+            {"RSUB_NATS_TLS__CA_FILE": "/ca.pem"},
+            "RSUB_NATS_TLS__CA_FILE: unknown setting: no key 'nats_tls' (did you mean RSUB_NATS__TLS__CA_FILE?)",
+        ),
+        (
+            {"RSUB_LOG_LVL": "debug"},
+            "RSUB_LOG_LVL: unknown setting: no key 'log_lvl' (did you mean RSUB_LOG__LEVEL?)",
+        ),
+        ({"RSUB_GRPC__PORT": "7070"}, "RSUB_GRPC__PORT: unknown setting: no key 'grpc.port'"),
         (
             {"RSUB_LEASE_BUCKET": "b"},
             "RSUB_LEASE_BUCKET: unknown setting: no key 'lease_bucket' (did you mean RSUB_LEASE__BUCKET?)",

@@ -121,3 +121,19 @@ def test_warnings_are_captured() -> None:
 def test_bad_arguments_name_the_key(fmt: str, level: str) -> None:
     with pytest.raises(ValueError, match=r"log\.(format|level)"):
         configure_logging(fmt, level)  # type: ignore[arg-type]
+
+
+def test_json_tracebacks_never_carry_local_variables() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+
+    def connect(password: str) -> None:
+        raise ConnectionError(f"refused after {len(password)} characters")
+
+    try:
+        connect("hunter2-secret")
+    except ConnectionError:
+        structlog.get_logger("sidecar.nats").exception("connect_failed")
+    [line] = json_lines(out)
+    assert "ConnectionError" in json.dumps(line["exception"])
+    assert "hunter2-secret" not in out.getvalue()

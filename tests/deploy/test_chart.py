@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.config import Config, split_host_port
+from sidecar.config import Config, split_host_port, unrelated_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "rsub-sidecar"
@@ -90,8 +90,10 @@ def test_region_reaches_a_config_the_sidecar_accepts(
         (tmp_path / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path.lstrip("/")).write_text("x")
     relocated = _relocate(data, tmp_path)
-    # Every env var the chart sets must be a key the sidecar knows (unknown RSUB_* is fatal).
+    # Every env var the chart sets must be a key the sidecar knows (one it would ignore is a
+    # chart bug; one that looks like a typo is fatal).
     env = {e["name"]: "from-secret" for e in container["env"]}
+    assert unrelated_env(env) == []
     config = Config.from_mapping(relocated, env)
     assert config.region == region
     assert config.nats.creds_file == tmp_path / "etc/rsub/nats/nats.creds"
@@ -153,6 +155,22 @@ def test_security_context_and_resources(helm_tool: ModuleType, region: str) -> N
         assert sc["capabilities"]["drop"] == ["ALL"]
         assert sc["seccompProfile"]["type"] == "RuntimeDefault"
         assert set(container["resources"]) == {"requests", "limits"}
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_pods_get_no_service_link_variables(helm_tool: ModuleType, region: str) -> None:
+    # The release's own Service, rsub-<region>-rsub-sidecar, would otherwise give every pod of
+    # the namespace RSUB_<REGION>_RSUB_SIDECAR_SERVICE_HOST and a dozen more RSUB_ variables.
+    objs = objects(helm_tool, example_values(helm_tool, region), f"rsub-{region}")
+    assert objs["Service"]["metadata"]["name"] == f"rsub-{region}-rsub-sidecar"
+    pods = {
+        "Deployment": objs["Deployment"]["spec"]["template"]["spec"],
+        "Pod": objs["Pod"]["spec"],
+    }
+    assert {kind: pod.get("enableServiceLinks") for kind, pod in pods.items()} == {
+        "Deployment": False,
+        "Pod": False,
+    }
 
 
 @pytest.mark.parametrize("region", REGIONS)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from rsub_dev.cluster import pid_alive, process_belongs_to
 from sidecar.cli import main
-from sidecar.dev.cluster import pid_alive, process_belongs_to
 
 pytestmark = pytest.mark.integration
 

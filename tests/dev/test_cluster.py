@@ -16,8 +16,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import Placement, StreamConfig, StreamSource
 
-from sidecar.dev.cluster import ClusterError, ClusterFactory, LocalSuperCluster
-from sidecar.dev.ports import free_ports
+from rsub_dev.cluster import ClusterError, ClusterFactory, LocalSuperCluster
+from rsub_dev.ports import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -231,7 +231,7 @@ async def test_start_retries_when_a_port_is_taken(
         handed_out.append(ports)
         return ports
 
-    monkeypatch.setattr("sidecar.dev.cluster.free_ports", ports_with_one_taken)
+    monkeypatch.setattr("rsub_dev.cluster.free_ports", ports_with_one_taken)
     try:
         async with LocalSuperCluster(["west", "east"], tmp_path) as cluster:
             assert len(handed_out) == 2

@@ -1,6 +1,6 @@
 """Protocol tests: tests marked slow run only when `-m` names `slow` (`pytest -m slow`).
 
-No RSUB_ environment switch: the configuration loader refuses unknown RSUB_ variables.
+The switch is the marker expression, not an environment variable.
 """
 
 from __future__ import annotations

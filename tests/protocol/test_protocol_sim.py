@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rsub_dev.sim import MachineFactory, SimParams, SimResult, run
 from sidecar.protocol import Output, StreamMachine
 from sidecar.protocol.machine import _Attempt
-from sidecar.sim import MachineFactory, SimParams, SimResult, run
 
 
 def _check(result: SimResult) -> None:

@@ -15,7 +15,8 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from runtime_servers import ServerProcess
+
+from tests.support.runtime_servers import ServerProcess
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ import asyncio
 import ssl
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from nats.errors import AuthorizationError
-from runtime_servers import ServerProcess
 
 from sidecar.config import NatsConfig, NatsTlsConfig, Secret
 from sidecar.nats.connection import (
@@ -18,8 +18,10 @@ from sidecar.nats.connection import (
     auth_method,
     connect_options,
     refusal,
+    server_address,
     tls_context,
 )
+from tests.support.runtime_servers import ServerProcess
 
 
 async def wait_for(condition: Callable[[], bool], what: str, limit_s: float = 20) -> None:
@@ -172,3 +174,15 @@ def test_auth_method_names_the_method_never_the_secret() -> None:
     tls = NatsTlsConfig(ca_file=Path("/etc/ca.pem"), cert_file=Path("/etc/me.pem"))
     described = auth_method(NatsConfig(servers=servers, tls=tls))
     assert described == "no credentials, TLS with CA file '/etc/ca.pem', client cert '/etc/me.pem'"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("nats://ops:s3cret-pw@127.0.0.1:4222", "nats://127.0.0.1:4222"),
+        ("tls://tok3n-value@nats.example:4443", "tls://nats.example:4443"),
+        ("nats://[::1]:4222", "nats://[::1]:4222"),
+    ],
+)
+def test_server_address_never_shows_user_info(url: str, shown: str) -> None:
+    assert server_address(urlparse(url)) == shown

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
+from sidecar.nats import jsapi
 from sidecar.nats.consumers import (
     PositionReader,
-    api_request,
     create_consumer,
     move_forward,
     set_replicated,
@@ -138,6 +141,63 @@ async def test_move_forward_resets_only_forward_and_clamps_to_the_end(
     assert msg.metadata.sequence.stream == 11
 
 
+@pytest.mark.parametrize("after_info", [1, 2])
+async def test_a_client_fetching_while_its_consumer_is_moved_is_never_rewound(
+    nc: Client,
+    js: JetStreamContext,
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+    after_info: int,
+) -> None:
+    """A client fetches right after the move's first or second look at the consumer. Either
+    the move sees the delivery and leaves the consumer alone, or the fetch gets nothing until
+    the move is done; never a rewind: every message comes once and every ack is answered."""
+    await publish(js, stream, data=10)
+    sub = await durable(js, stream, "d")
+    infos = 0
+    real_request = jsapi.request
+    during: list[Msg] = []
+
+    async def fetch_after_a_look(
+        conn: Client, op: str, payload: Mapping[str, Any] | None = None, **kw: Any
+    ) -> dict[str, Any]:
+        nonlocal infos
+        reply = await real_request(conn, op, payload, **kw)
+        infos += op.startswith("CONSUMER.INFO.")
+        if op.startswith("CONSUMER.INFO.") and infos == after_info:
+            with contextlib.suppress(TimeoutError):
+                during.extend(await sub.fetch(6, timeout=0.5))
+        return reply
+
+    monkeypatch.setattr(jsapi, "request", fetch_after_a_look)
+    await move_forward(nc, stream, "d", 3)
+    monkeypatch.undo()
+    with contextlib.suppress(TimeoutError):
+        during.extend(await sub.fetch(10, timeout=2))
+    seen = [msg.metadata.sequence.stream for msg in during]
+    for msg in during:
+        await msg.ack_sync(timeout=2)
+
+    assert sorted(seen) == seen and len(set(seen)) == len(seen)
+    assert seen[-1] == 10
+    assert not (await js.consumer_info(stream, "d")).paused
+
+
+async def test_moving_a_consumer_its_user_paused_leaves_it_paused(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=5)
+    await durable(js, stream, "d")
+    until = (datetime.now(UTC) + timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    await jsapi.request(nc, f"CONSUMER.PAUSE.{stream}.d", {"pause_until": until}, timeout_s=5)
+
+    outcome = await move_forward(nc, stream, "d", 2)
+
+    assert outcome.moved and outcome.ack_floor_after == 2
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=5)
+    assert info["paused"] is True
+
+
 async def test_move_forward_of_a_missing_durable_raises_not_found(nc: Client, stream: str) -> None:
     with pytest.raises(NotFoundError):
         await move_forward(nc, stream, "missing", 3)
@@ -148,10 +208,10 @@ async def test_create_consumer_copies_the_origin_config_and_starts_after_the_pos
 ) -> None:
     await publish(js, stream, data=6)
     await durable(js, stream, "origin", max_ack_pending=17, description="from west")
-    origin = await api_request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
+    origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
 
     assert await create_consumer(nc, stream, "copy", origin["config"], 4)
-    info = await api_request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
     config = info["config"]
     assert config["durable_name"] == "copy"
     assert config["deliver_policy"] == "by_start_sequence"
@@ -170,9 +230,9 @@ async def test_create_consumer_never_replaces_an_existing_one(
 ) -> None:
     await publish(js, stream, data=6)
     await durable(js, stream, "d")
-    origin = await api_request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
+    origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
     assert not await create_consumer(nc, stream, "d", origin["config"], 4)
-    info = await api_request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
     assert info["config"]["deliver_policy"] == "all"
 
 
@@ -181,9 +241,9 @@ async def test_create_consumer_clamps_the_start_to_the_stream_end(
 ) -> None:
     await publish(js, stream, data=3)
     await durable(js, stream, "origin")
-    origin = await api_request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
+    origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
     assert await create_consumer(nc, stream, "copy", origin["config"], 50)
-    info = await api_request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
     assert info["config"]["opt_start_seq"] == 4
 
 

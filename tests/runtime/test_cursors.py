@@ -13,10 +13,10 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
-from runtime_servers import ServerProcess
 
 from sidecar.nats.cursors import CursorStore, TrailingMarkers
 from sidecar.nats.regional_kv import open_regional_kv
+from tests.support.runtime_servers import ServerProcess
 
 pytestmark = pytest.mark.integration
 

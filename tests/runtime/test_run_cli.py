@@ -4,75 +4,25 @@ with a clear message when the configuration is bad or NATS refuses its credentia
 from __future__ import annotations
 
 import asyncio
-import signal
-import sys
 from pathlib import Path
 
-import aiohttp
 import pytest
-import yaml
-from runtime_servers import ServerProcess
 
+from rsub_dev.cluster import LocalSuperCluster
 from sidecar.config import Config
-from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.ports import free_ports
 from sidecar.nats.connection import NatsRefused
 from sidecar.runtime import Runtime
-
-
-async def run_rsub(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sidecar.cli",
-        "run",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def ready(url: str) -> bool:
-    try:
-        async with aiohttp.ClientSession() as http, http.get(url) as response:
-            return response.status == 200
-    except aiohttp.ClientError:
-        return False
+from tests.support.rsub_process import run_rsub, stop_once_ready, write_sidecar_config
+from tests.support.runtime_servers import ServerProcess
 
 
 @pytest.mark.integration
 async def test_run_serves_until_sigterm_then_exits_cleanly(
     cluster2: LocalSuperCluster, tmp_path: Path
 ) -> None:
-    grpc_port, http_port = free_ports(2)
-    config = tmp_path / "sidecar.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "region": "west",
-                "regions": ["west", "east"],
-                "nats": {"servers": cluster2.servers("west")},
-                "streams": [{"name": "orders"}],
-                "grpc": {"listen": f"127.0.0.1:{grpc_port}"},
-                "http": {"listen": f"127.0.0.1:{http_port}"},
-                "log": {"format": "json"},
-            }
-        )
-    )
+    config, http_port = write_sidecar_config(tmp_path, {"servers": cluster2.servers("west")})
     proc = await run_rsub("--config", str(config))
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
-        while not await ready(f"http://127.0.0.1:{http_port}/readyz"):
-            assert proc.returncode is None, "rsub run exited early"
-            assert loop.time() < deadline, "rsub run never became ready"
-            await asyncio.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        stdout, _ = await asyncio.wait_for(proc.communicate(), 30)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+    stdout = await stop_once_ready(proc, http_port)
     assert proc.returncode == 0
     assert b'"event": "runtime_stopped"' in stdout
 
@@ -123,20 +73,8 @@ async def test_runtime_reports_a_refused_password_instead_of_getting_ready(
 @pytest.mark.integration
 async def test_run_exits_when_nats_refuses_the_password(tmp_path: Path) -> None:
     server = password_server(tmp_path)
-    grpc_port, http_port = free_ports(2)
-    config = tmp_path / "sidecar.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "region": "west",
-                "regions": ["west", "east"],
-                "nats": {"servers": [server.url], "user": "rsub", "password": "wrong-pw"},
-                "streams": [{"name": "orders"}],
-                "grpc": {"listen": f"127.0.0.1:{grpc_port}"},
-                "http": {"listen": f"127.0.0.1:{http_port}"},
-                "log": {"format": "json"},
-            }
-        )
+    config, _ = write_sidecar_config(
+        tmp_path, {"servers": [server.url], "user": "rsub", "password": "wrong-pw"}
     )
     proc = await run_rsub("--config", str(config))
     try:

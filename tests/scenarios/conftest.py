@@ -12,7 +12,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from scenario_kit import (
+
+from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.sidecars import RegionSidecars
+from tests.support.scenario_kit import (
     INTERVAL_MS,
     LEASE_TTL_S,
     THREE_REGION_STREAMS,
@@ -21,9 +24,6 @@ from scenario_kit import (
     World,
     clients,
 )
-
-from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.sidecars import RegionSidecars
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from sidecar.dev.cluster import ClusterFactory
+from rsub_dev.cluster import ClusterFactory
 from sidecar.nats.consumers import move_forward
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,22 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from scenario_kit import (
+
+from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
+from rsub_dev.sidecars import (
+    ReadStreamMarker,
+    RegionSidecars,
+    SidecarProcess,
+    read_markers,
+    read_stored,
+    sidecar_settings,
+    wait_until,
+)
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.naming import VirtualStream
+from sidecar.protocol import Marker, Request, Response, Snapshot, SnapshotId, decode, encode
+from sidecar.runtime import Runtime
+from tests.support.scenario_kit import (
     DEADLINE_S,
     INTERVAL_MS,
     LEASE_TTL_S,
@@ -29,21 +44,6 @@ from scenario_kit import (
     publish_paced,
     snapshot_past_data,
 )
-
-from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.dev.cluster import ClusterFactory, LocalSuperCluster
-from sidecar.dev.sidecars import (
-    RegionSidecars,
-    SidecarProcess,
-    StoredMarker,
-    read_markers,
-    read_stored,
-    sidecar_settings,
-    wait_until,
-)
-from sidecar.nats.names import VirtualStream
-from sidecar.protocol import Marker, Request, Response, Snapshot, SnapshotId, decode, encode
-from sidecar.runtime import Runtime
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ async def status_of(port: int) -> api_pb2.StatusResponse:
         return status
 
 
-def requests_of(markers: list[StoredMarker], region: str, round_: int = 1) -> list[SnapshotId]:
+def requests_of(markers: list[ReadStreamMarker], region: str, round_: int = 1) -> list[SnapshotId]:
     return [
         m.marker.body.id
         for m in markers
@@ -102,7 +102,7 @@ def requests_of(markers: list[StoredMarker], region: str, round_: int = 1) -> li
     ]
 
 
-def completed_ids(markers: list[StoredMarker]) -> set[SnapshotId]:
+def completed_ids(markers: list[ReadStreamMarker]) -> set[SnapshotId]:
     return {
         m.marker.body.id
         for m in markers

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import pytest
-from scenario_kit import clients, create_durable, publish, snapshot_past_data
 
-from sidecar.dev.cluster import ClusterFactory
-from sidecar.dev.sidecars import RegionSidecars, read_markers, snapshot_latencies_ms
-from sidecar.nats.names import VirtualStream
+from rsub_dev.cluster import ClusterFactory
+from rsub_dev.sidecars import RegionSidecars, read_markers, snapshot_latencies_ms
+from sidecar.naming import VirtualStream
+from tests.support.scenario_kit import clients, create_durable, publish, snapshot_past_data
 
 pytestmark = pytest.mark.integration
 

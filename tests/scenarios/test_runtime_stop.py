@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.dev.cluster import ClusterFactory
-from sidecar.dev.sidecars import RegionSidecars
+from rsub_dev.cluster import ClusterFactory
+from rsub_dev.sidecars import RegionSidecars
 
 pytestmark = pytest.mark.integration
 

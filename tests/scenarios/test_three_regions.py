@@ -4,7 +4,11 @@ east) without losing a message. Real servers and one sidecar per region."""
 from __future__ import annotations
 
 import pytest
-from scenario_kit import (
+
+from rsub_dev.sidecars import in_flight_count, read_markers, read_stored, wait_until
+from sidecar.protocol import Marker, Request, Response
+from sidecar.runtime import Runtime
+from tests.support.scenario_kit import (
     DEADLINE_S,
     World,
     applied_from,
@@ -17,10 +21,6 @@ from scenario_kit import (
     snapshot_past_data,
     snapshot_used,
 )
-
-from sidecar.dev.sidecars import in_flight_count, read_markers, read_stored, wait_until
-from sidecar.protocol import Marker, Request, Response
-from sidecar.runtime import Runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

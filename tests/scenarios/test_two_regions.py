@@ -11,7 +11,11 @@ import asyncio
 import grpc
 import pytest
 from nats.js.errors import NotFoundError
-from scenario_kit import (
+
+from rsub_dev.sidecars import read_markers, read_stored, wait_until
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.protocol import Marker, Request, SnapshotId, encode
+from tests.support.scenario_kit import (
     DEADLINE_S,
     INTERVAL_MS,
     World,
@@ -28,10 +32,6 @@ from scenario_kit import (
     publish_paced,
     snapshot_used,
 )
-
-from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.dev.sidecars import read_markers, read_stored, wait_until
-from sidecar.protocol import Marker, Request, SnapshotId, encode
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

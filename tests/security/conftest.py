@@ -1,19 +1,13 @@
-"""Fixtures for the security tests: throwaway certificates, the API test helpers on the path.
+"""Fixtures for the security tests: throwaway certificates.
 
-`tests/api/api_fakes.py` (the in-memory `SidecarBackend` and the certificate maker) is
-imported from its own directory, not copied.
+The certificate maker is the API tests' one (`tests/support/api_fakes.py`), not a copy.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "api"))
-
-from api_fakes import Certs, make_certs
+from tests.support.api_fakes import Certs, make_certs
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """The gRPC API is untrusted input: fuzz every field of every RPC against a real server.
 
 The server is `start_grpc_server` (bearer token on) over the in-memory backend of
-`tests/api/api_fakes.py`, running in a thread of its own with its own event loop, so that
+`tests/support/api_fakes.py`, running in a thread of its own with its own event loop, so that
 hypothesis drives plain blocking calls. Properties, for random strings, integers, booleans,
 tokens, and leader/outage flags:
 - the status is never INTERNAL or UNKNOWN;
@@ -23,13 +23,13 @@ from typing import Any
 
 import grpc
 import pytest
-from api_fakes import STREAM, MemoryBackend
 from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
+from tests.support.api_fakes import STREAM, MemoryBackend
 
 TOKEN = "fuzz-token-0123456789"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,254}")

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import structlog
-from api_fakes import Certs
-from nats_jwt import operator_setup, write_creds
-from nats_servers import LoneServer
 
 from sidecar.config import Config
 from sidecar.nats.connection import NatsConnection
+from tests.support.api_fakes import Certs
+from tests.support.nats_jwt import operator_setup, write_creds
+from tests.support.nats_servers import LoneServer
 
 pytestmark = pytest.mark.integration
 

@@ -28,13 +28,19 @@ import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
-from permission_blocks import APP_BLOCK, SIDECAR_BLOCK, UserBlock, block_text, parse_user
 
+from rsub_dev.cluster import LocalSuperCluster, find_nats_server
+from rsub_dev.ports import HOST, free_ports
+from rsub_dev.sidecars import RegionSidecars, sidecar_settings, wait_until
 from sidecar.config import Config
-from sidecar.dev.cluster import LocalSuperCluster, find_nats_server
-from sidecar.dev.ports import HOST, free_ports
-from sidecar.dev.sidecars import RegionSidecars, sidecar_settings, wait_until
 from sidecar.runtime import Runtime
+from tests.support.permission_blocks import (
+    APP_BLOCK,
+    SIDECAR_BLOCK,
+    UserBlock,
+    block_text,
+    parse_user,
+)
 
 pytestmark = pytest.mark.integration
 

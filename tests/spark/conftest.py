@@ -1,4 +1,7 @@
-"""Fixtures of the Spark plugin tests (helpers and their explanation: spark_helpers.py)."""
+"""Fixtures of the Spark plugin tests.
+
+The helpers they build on, and why they work as they do: `tests/support/spark_helpers.py`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ from collections.abc import Iterator
 import nats
 import pytest
 from pyspark.sql import SparkSession
-from spark_helpers import (
+
+from spark_jobs import rsub_spark
+from tests.support.spark_helpers import (
     Layout,
     NatsServer,
     SidecarDouble,
@@ -19,8 +24,6 @@ from spark_helpers import (
     stored_messages,
     wait_sourced,
 )
-
-from spark_jobs import rsub_spark
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.demo_failover import Order, Outcome, totals_of
+from examples.spark_failover import Order, Outcome, totals_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_the_verdict_fails_on_any_difference_or_loss(change: dict[str, object]) 
 def test_the_demo_runs_through_the_failover_and_finds_equal_totals(tmp_path: Path) -> None:
     args = ["--west-batches", "2", "--burst", "20", "--after-seconds", "2", "--dir", str(tmp_path)]
     done = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.demo_failover", *args],
+        [sys.executable, "-m", "examples.spark_failover", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -20,13 +20,13 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 from pyspark.sql import SparkSession
-from spark_helpers import Published, publish_orders, wait_sourced
 
-from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.sidecars import RegionSidecars
-from sidecar.nats.names import VirtualStream
+from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.sidecars import RegionSidecars
+from sidecar.naming import VirtualStream
 from spark_jobs import orders_totals
 from spark_jobs.rsub_spark import SidecarClient, SidecarError
+from tests.support.spark_helpers import Published, publish_orders, wait_sourced
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

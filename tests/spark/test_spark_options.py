@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM
 from spark_jobs.rsub_spark.options import (
     EndingOffsets,
     RsubOptionError,
@@ -69,6 +70,8 @@ def test_option_names_are_case_insensitive_like_spark() -> None:
         ({"stream": "or.ders"}, "option stream"),
         ({"region": "we st"}, "option region"),
         ({"token": "t", "user": "u"}, "exclude each other"),
+        ({"user": "u"}, "options user and password go together"),
+        ({"password": "p"}, "options user and password go together"),
     ],
 )
 def test_bad_options_are_named(extra: dict[str, str], needle: str) -> None:
@@ -114,3 +117,44 @@ def test_schema_has_headers_only_when_asked() -> None:
         "timestamp",
     ]
     assert spark_schema(True).fieldNames()[-1] == "headers"
+
+
+def test_write_stream_pattern_defaults_to_the_naming_contract() -> None:
+    assert parse_options(BASE).write_stream_pattern == DEFAULT_WRITE_STREAM
+    custom = parse_options({**BASE, "writeStreamPattern": "w_{region}_{name}"})
+    assert custom.write_stream_pattern == "w_{region}_{name}"
+    assert custom.read_stream == "orders-read-west"
+
+
+@pytest.mark.parametrize(
+    "pattern", ["{name}-write", "{name}.w.{region}", "{name}-read-{region}", "{nme}-{region}"]
+)
+def test_bad_write_stream_patterns_are_named(pattern: str) -> None:
+    with pytest.raises(RsubOptionError, match="option writeStreamPattern"):
+        parse_options({**BASE, "writeStreamPattern": pattern})
+
+
+def test_write_stream_pattern_is_checked_without_a_region() -> None:
+    given = {"servers": "nats://a:4222", "stream": "orders", "readStream": "r"}
+    with pytest.raises(RsubOptionError, match="option writeStreamPattern"):
+        parse_options({**given, "writeStreamPattern": "{name}"})
+
+
+def test_read_stream_pattern_names_the_read_stream() -> None:
+    custom = parse_options({**BASE, "readStreamPattern": "{name}_all_{region}"})
+    assert custom.read_stream == "orders_all_west"
+    # Swapped defaults are still a valid pair of distinct names.
+    swapped = {"writeStreamPattern": DEFAULT_READ_STREAM, "readStreamPattern": DEFAULT_WRITE_STREAM}
+    assert parse_options({**BASE, **swapped}).read_stream == "orders-write-west"
+
+
+@pytest.mark.parametrize("pattern", ["{name}-r", "{name} {region}", "{name}-write-{region}"])
+def test_bad_read_stream_patterns_are_named(pattern: str) -> None:
+    with pytest.raises(RsubOptionError, match="option readStreamPattern"):
+        parse_options({**BASE, "readStreamPattern": pattern})
+
+
+def test_read_stream_and_its_pattern_exclude_each_other() -> None:
+    given = {**BASE, "readStream": "r", "readStreamPattern": "{name}_all_{region}"}
+    with pytest.raises(RsubOptionError, match="readStream and readStreamPattern exclude"):
+        parse_options(given)

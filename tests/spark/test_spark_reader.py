@@ -12,16 +12,8 @@ import nats
 import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from spark_helpers import (
-    Layout,
-    NatsServer,
-    SidecarDouble,
-    create_layout,
-    free_port,
-    publish_orders,
-    wait_sourced,
-)
 
+from sidecar.naming import VirtualStream
 from spark_jobs.rsub_spark.nats_read import (
     NatsSession,
     RsubDataLossError,
@@ -37,6 +29,15 @@ from spark_jobs.rsub_spark.source import (
     RsubStreamReader,
     SequenceRange,
     read_range_batches,
+)
+from tests.support.spark_helpers import (
+    Layout,
+    NatsServer,
+    SidecarDouble,
+    create_layout,
+    free_port,
+    publish_orders,
+    wait_sourced,
 )
 
 pytestmark = pytest.mark.integration
@@ -95,6 +96,32 @@ def test_rows_carry_the_origin_and_the_publish_time(orders_layout: Layout) -> No
         assert headers.get("Nats-Stream-Source", "").startswith(f"{name}-write-{pub.region} ")
         for key, value in (pub.headers or {}).items():
             assert headers[key] == value
+
+
+def test_origins_follow_custom_stream_patterns(nats_server: NatsServer) -> None:
+    patterns = {"writeStreamPattern": "w_{region}_{name}", "readStreamPattern": "r_{region}_{name}"}
+
+    async def origins(**extra: str) -> VirtualStream | None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            await create_layout(
+                nc,
+                "refunds",
+                write_pattern=patterns["writeStreamPattern"],
+                read_pattern=patterns["readStreamPattern"],
+            )
+            base = {"servers": nats_server.url, "stream": "refunds", "region": "west"}
+            opts = parse_options({**base, **extra})
+            assert opts.read_stream == "r_west_refunds"
+            return (await stream_bounds(nc, opts)).origins
+        finally:
+            await nc.close()
+
+    found = asyncio.run(origins(**patterns))
+    assert found is not None and set(found.regions) == {"west", "east"}
+    assert found.origin_of("w_east_refunds 7 refunds.east.>") == ("east", 7)
+    # With the default write pattern the sources are not recognised: no origin columns, no guess.
+    assert asyncio.run(origins(readStreamPattern=patterns["readStreamPattern"])) is None
 
 
 @pytest.mark.parametrize("cuts", [[0, 37, 38, 120, 260], [0, 1, 2, 3, 500]])

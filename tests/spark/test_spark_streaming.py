@@ -11,7 +11,9 @@ import nats
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from spark_helpers import (
+
+from spark_jobs import orders_totals, rsub_spark
+from tests.support.spark_helpers import (
     Layout,
     NatsServer,
     SidecarDouble,
@@ -20,8 +22,6 @@ from spark_helpers import (
     stored_messages,
     wait_sourced,
 )
-
-from spark_jobs import orders_totals, rsub_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

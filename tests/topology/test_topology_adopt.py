@@ -10,12 +10,12 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.client import Client
-from topology_helpers import message_count, publish_many, read_all, stream_info
 
-from sidecar.dev.cluster import ClusterFactory, LocalSuperCluster
-from sidecar.dev.sidecars import wait_until
-from sidecar.nats.names import VirtualStream
+from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
+from rsub_dev.sidecars import wait_until
+from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
+from tests.support.topology_helpers import message_count, publish_many, read_all, stream_info
 
 pytestmark = pytest.mark.integration
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 import nats
 import pytest
 from nats.aio.client import Client
-from topology_helpers import (
+
+from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
+from rsub_dev.sidecars import wait_until
+from sidecar.naming import VirtualStream
+from sidecar.nats.topology import DEFAULT_MAX_CONSUMERS, apply_topology
+from tests.support.topology_helpers import (
     check_converged,
     message_count,
     publish_many,
     read_all,
     stream_info,
 )
-
-from sidecar.dev.cluster import ClusterFactory, LocalSuperCluster
-from sidecar.dev.sidecars import wait_until
-from sidecar.nats.names import VirtualStream
-from sidecar.nats.topology import DEFAULT_MAX_CONSUMERS, apply_topology
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.nats.names import NamingError, VirtualStream
+from sidecar.naming import NamingError, VirtualStream, region_in_stream
 
 # Header values recorded on nats-server 2.15.1 (see docs/topology.md): a source with two
 # subject transforms (data rename + marker pass-through), and a walkthrough-style filter.
@@ -103,3 +103,20 @@ def test_origin_of_recorded_headers() -> None:
 )
 def test_origin_of_foreign_or_malformed(header: str) -> None:
     assert vs().origin_of(header) is None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "stream", "region"),
+    [
+        ("{name}-write-{region}", "orders-write-east", "east"),
+        ("w_{region}_{name}", "w_us-1_orders", "us-1"),
+        ("{region}-{name}-{region}", "eu-orders-eu", "eu"),
+        ("{name}-write-{region}", "orders-read-east", None),
+        ("{name}-write-{region}", "billing-write-east", None),
+        ("{region}-{name}-{region}", "eu-orders-us", None),
+    ],
+)
+def test_region_in_stream_inverts_the_pattern(
+    pattern: str, stream: str, region: str | None
+) -> None:
+    assert region_in_stream(pattern, "orders", stream) == region

@@ -6,12 +6,12 @@ from __future__ import annotations
 import nats
 import pytest
 from nats.aio.client import Client
-from topology_helpers import check_converged, message_count, publish_many
 
-from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.dev.sidecars import wait_until
-from sidecar.nats.names import VirtualStream
+from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.sidecars import wait_until
+from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
+from tests.support.topology_helpers import check_converged, message_count, publish_many
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,5 @@
-"""Streams that cannot be adopted are refused with the stream and field named, untouched."""
+"""Streams that cannot be adopted are refused with the stream and field named, untouched;
+`rsub topology apply` on a real cluster, custom stream-name patterns included."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from sidecar.dev.cluster import LocalSuperCluster
-from sidecar.nats.names import VirtualStream
+from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.sidecars import wait_until
+from sidecar.naming import VirtualStream
 from sidecar.nats.topology import TopologyConflict, apply_topology
+from tests.support.topology_helpers import message_count, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -170,3 +173,37 @@ async def test_cli_apply_dry_run_json_and_refusal(cluster2: LocalSuperCluster, n
     assert "stream 'bills-write-west', subjects: 'bills.west.>' overlaps" in err
     code, _, err = await run_cli(*common, "--stream", "bad.name")
     assert code == 2 and "name: 'bad.name' is not a valid name" in err
+
+
+async def test_cli_apply_with_custom_patterns(cluster2: LocalSuperCluster, nc: Client) -> None:
+    """The streams get the names the patterns give, and each read stream sources the custom
+    write streams, so origins resolve through the same patterns (as the sidecar's do)."""
+    vs = VirtualStream(
+        "acct",
+        ("west", "east"),
+        write_pattern="{region}_in_{name}",
+        read_pattern="{name}_all_{region}",
+    )
+    servers = ",".join(cluster2.servers("west") + cluster2.servers("east"))
+    common = ("--servers", servers, "--regions", "west,east", "--stream", "acct")
+    patterns = ("--write-pattern", vs.write_pattern, "--read-pattern", vs.read_pattern)
+    code, out, err = await run_cli(*common, *patterns)
+    assert code == 0, err
+    assert "east_in_acct: created" in out and "acct_all_west: created" in out
+    names = (await api(nc, "STREAM.NAMES"))["streams"]
+    assert set(names) == {"west_in_acct", "east_in_acct", "acct_all_west", "acct_all_east"}
+
+    await nc.jetstream().publish(vs.publish_subject("east", "k1"), b"from east")
+
+    async def arrived() -> bool:
+        return await message_count(nc, vs.read_stream("west")) == 1
+
+    await wait_until(arrived, "east's message in west's read stream", 30, poll_s=0.2)
+    [stored] = await read_all(nc, vs, vs.read_stream("west"), vs.data_filter())
+    assert (stored.subject, stored.data, stored.origin) == ("acct.k1", b"from east", ("east", 1))
+
+    code, out, err = await run_cli(*common, *patterns)
+    assert code == 0, err
+    assert out.count(": unchanged") == 4
+    code, _, err = await run_cli(*common, "--write-pattern", "{name}-w")
+    assert code == 2 and "write_pattern: '{name}-w' must contain {name} and {region}" in err

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.nats.names import VirtualStream
+from sidecar.cli.topology import format_report
+from sidecar.naming import VirtualStream
 from sidecar.nats.topology import (
     StreamReport,
     TopologyReport,
@@ -13,7 +14,6 @@ from sidecar.nats.topology import (
     subject_within,
     subjects_overlap,
 )
-from sidecar.nats.topology_cli import format_report
 
 VS = VirtualStream("foo", ("west", "east"))
 

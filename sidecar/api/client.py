@@ -1,0 +1,57 @@
+"""The one way a client opens a gRPC channel to a sidecar: `rsub` commands and Spark alike.
+
+The channel is insecure, or TLS trusting a private CA, optionally with a client certificate
+(mutual TLS); the bearer token travels as call metadata, which is what the server checks.
+Files are read here, at once, so a wrong path fails before any call with a message naming
+the caller's option (`--tls-ca` for the command line, `sidecarTlsCa` for Spark).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import grpc
+
+
+class TlsOptionNames(NamedTuple):
+    """How the caller calls its CA, certificate and key options, for error messages."""
+
+    ca: str
+    cert: str
+    key: str
+
+
+def open_channel(
+    address: str,
+    names: TlsOptionNames,
+    *,
+    ca: Path | None = None,
+    cert: Path | None = None,
+    key: Path | None = None,
+) -> grpc.Channel:
+    """A channel to `address`: TLS when `ca` is given; ValueError naming the bad option."""
+    if (cert is None) != (key is None):
+        raise ValueError(f"{names.cert} and {names.key} go together")
+    if ca is None:
+        if cert is not None:
+            raise ValueError(f"{names.cert} needs {names.ca}")
+        return grpc.insecure_channel(address)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read(ca, names.ca),
+        private_key=_read(key, names.key) if key is not None else None,
+        certificate_chain=_read(cert, names.cert) if cert is not None else None,
+    )
+    return grpc.secure_channel(address, credentials)
+
+
+def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The metadata of every call: the bearer token when there is one."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def _read(path: Path, option: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"{option}: cannot read {path}: {error.strerror}") from error

@@ -1,0 +1,346 @@
+"""Human commands that talk to a running sidecar over gRPC.
+
+Reads: `status`, `subscriptions`, `snapshots`. Admin writes (leader only, token when the
+sidecar has one): `trigger-snapshot`, `set-replicated`.
+
+Tables for people, `--json` for scripts (keys are the view field names of
+`sidecar/api/backend.py`). Exit codes: 0 ok, 1 the sidecar answered with an error,
+2 the sidecar cannot be reached or the options are unusable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import queue
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api import convert
+from sidecar.api.backend import SnapshotView, StatusView, SubscriptionView
+from sidecar.api.client import TlsOptionNames, call_metadata, open_channel
+
+DEFAULT_SIDECAR = "127.0.0.1:7070"
+EXIT_OK, EXIT_ERROR, EXIT_UNREACHABLE = 0, 1, 2
+_TLS_OPTIONS = TlsOptionNames("--tls-ca", "--tls-cert", "--tls-key")
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--sidecar",
+        metavar="HOST:PORT",
+        default=os.environ.get("RSUB_SIDECAR", DEFAULT_SIDECAR),
+        help=f"sidecar gRPC address (env RSUB_SIDECAR, default {DEFAULT_SIDECAR})",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument(
+        "--token", default=os.environ.get("RSUB_TOKEN"), help="bearer token (env RSUB_TOKEN)"
+    )
+    common.add_argument("--tls-ca", type=Path, metavar="FILE", help="use TLS, trust this CA")
+    common.add_argument("--tls-cert", type=Path, metavar="FILE", help="client certificate (mTLS)")
+    common.add_argument("--tls-key", type=Path, metavar="FILE", help="client key (mTLS)")
+    common.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS")
+
+    status = subparsers.add_parser(
+        "status", parents=[common], help="region, leadership and streams of a sidecar"
+    )
+    status.set_defaults(handler=_status)
+    subscriptions = subparsers.add_parser(
+        "subscriptions", parents=[common], help="replicated subscriptions of a stream"
+    )
+    subscriptions.add_argument("stream")
+    subscriptions.set_defaults(handler=_subscriptions)
+    snapshots = subparsers.add_parser(
+        "snapshots", parents=[common], help="completed snapshots kept for a stream"
+    )
+    snapshots.add_argument("stream")
+    snapshots.set_defaults(handler=_snapshots)
+    trigger = subparsers.add_parser(
+        "trigger-snapshot", parents=[common], help="start a snapshot of a stream now (leader)"
+    )
+    trigger.add_argument("stream")
+    trigger.set_defaults(handler=_trigger_snapshot)
+    set_replicated = subparsers.add_parser(
+        "set-replicated",
+        parents=[common],
+        help="turn replication of a durable on or off in this region (leader)",
+    )
+    set_replicated.add_argument("stream")
+    set_replicated.add_argument("subscription")
+    set_replicated.add_argument("replicated", type=_on_off, help="on or off (or true/false)")
+    set_replicated.set_defaults(handler=_set_replicated)
+
+
+_SWITCH_WORDS = {"on": True, "true": True, "off": False, "false": False}
+
+
+def _on_off(text: str) -> bool:
+    try:
+        return _SWITCH_WORDS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected on, off, true or false, not {text!r}") from None
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def _admin(channel: grpc.Channel) -> Any:
+    return api_pb2_grpc.AdminServiceStub(channel)
+
+
+def _cursor(channel: grpc.Channel) -> Any:
+    return api_pb2_grpc.CursorServiceStub(channel)
+
+
+def _status(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        view = convert.status_from_proto(reply)
+        return _json(dataclasses.asdict(view)) if args.json else _status_text(view)
+
+    return _call(args, lambda ch: _admin(ch).Status, api_pb2.StatusRequest(), render)
+
+
+def _subscriptions(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        views = [convert.subscription_from_proto(s) for s in reply.subscriptions]
+        if args.json:
+            subs = [dataclasses.asdict(v) for v in views]
+            return _json({"stream": args.stream, "subscriptions": subs})
+        return _subscriptions_text(args.stream, views)
+
+    request = api_pb2.ListSubscriptionsRequest(stream=args.stream)
+    return _call(args, lambda ch: _cursor(ch).ListSubscriptions, request, render)
+
+
+def _snapshots(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        views = [convert.snapshot_from_proto(s) for s in reply.snapshots]
+        if args.json:
+            snaps = [dataclasses.asdict(v) for v in views]
+            return _json({"stream": args.stream, "snapshots": snaps})
+        return _snapshots_text(args.stream, views)
+
+    request = api_pb2.ListSnapshotsRequest(stream=args.stream)
+    return _call(args, lambda ch: _cursor(ch).ListSnapshots, request, render)
+
+
+def _trigger_snapshot(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        if args.json:
+            return _json({"stream": args.stream, "snapshot_id": reply.snapshot_id})
+        return str(reply.snapshot_id)
+
+    request = api_pb2.TriggerSnapshotRequest(stream=args.stream)
+    return _call(args, lambda ch: _admin(ch).TriggerSnapshot, request, render)
+
+
+def _set_replicated(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        view = convert.subscription_from_proto(reply.subscription)
+        return _json(dataclasses.asdict(view)) if args.json else _subscriptions_table([view])
+
+    request = api_pb2.SetReplicatedRequest(
+        stream=args.stream, subscription=args.subscription, replicated=args.replicated
+    )
+    return _call(args, lambda ch: _admin(ch).SetReplicated, request, render)
+
+
+# --- connection and errors ----------------------------------------------------------------
+
+
+def _call(
+    args: argparse.Namespace,
+    method: Callable[[grpc.Channel], Callable[..., Any]],
+    request: Any,
+    render: Callable[[Any], str],
+) -> int:
+    """Send `request` to the unary `method` picked on the channel; print `render(reply)`."""
+    try:
+        channel = open_channel(
+            args.sidecar, _TLS_OPTIONS, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key
+        )
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    metadata = call_metadata(args.token)
+    with channel:
+        try:
+            _wait_connected(channel, args.timeout)
+            reply = method(channel)(request, metadata=metadata, timeout=args.timeout)
+            print(render(reply))
+        except _Unreachable as error:
+            print(f"error: cannot reach the sidecar at {args.sidecar}: {error}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        except grpc.RpcError as error:
+            print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+            return EXIT_ERROR
+    return EXIT_OK
+
+
+def _wait_connected(channel: grpc.Channel, timeout_s: float) -> None:
+    """Return once connected; raise `_Unreachable` at the first failure or at the timeout.
+
+    (A plain RPC would report UNAVAILABLE both for "nothing listens" and for a sidecar that
+    answers UNAVAILABLE itself; the two deserve different exit codes.)
+    """
+    states: queue.Queue[grpc.ChannelConnectivity] = queue.Queue()
+    channel.subscribe(states.put, try_to_connect=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                state = states.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise _Unreachable(f"no connection within {timeout_s:g}s") from None
+            if state is grpc.ChannelConnectivity.READY:
+                return
+            if state in (
+                grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                grpc.ChannelConnectivity.SHUTDOWN,
+            ):
+                raise _Unreachable("connection failed (nothing listening, or TLS refused)")
+    finally:
+        channel.unsubscribe(states.put)
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces; no trailing blanks."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in [headers, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _age(ms: int | None) -> str:
+    return "never" if ms is None else f"{ms / 1000:.1f}s ago"
+
+
+def _time(unix_ms: int | None) -> str:
+    if unix_ms is None:
+        return "never"
+    moment = datetime.fromtimestamp(unix_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _status_text(view: StatusView) -> str:
+    header = table(
+        ("region", view.region),
+        [
+            ("regions", ", ".join(view.regions)),
+            ("leader", f"{_yes_no(view.leader)} (epoch {view.epoch})"),
+            ("nats", "connected" if view.connected else "DISCONNECTED"),
+            ("version", view.version),
+        ],
+    )
+    if not view.streams:
+        return f"{header}\n\nno streams configured"
+    streams = table(
+        ("STREAM", "WRITE STREAM", "READ STREAM", "LAST SNAPSHOT", "PENDING", "REPLICATED SUBS"),
+        [
+            (
+                s.stream,
+                s.write_stream,
+                s.read_stream,
+                _age(s.last_snapshot_age_ms),
+                _yes_no(s.snapshot_pending),
+                str(s.replicated_subscriptions),
+            )
+            for s in view.streams
+        ],
+    )
+    sources = table(
+        ("STREAM", "SOURCE", "ACTIVE", "LAST MARKER", "LAG (MESSAGES)"),
+        [
+            (
+                s.stream,
+                link.origin_region,
+                _yes_no(link.active),
+                _age(link.last_marker_age_ms),
+                str(link.lag_messages),
+            )
+            for s in view.streams
+            for link in s.sources
+        ],
+    )
+    return f"{header}\n\n{streams}\n\n{sources}"
+
+
+def _subscriptions_text(stream: str, views: Sequence[SubscriptionView]) -> str:
+    if not views:
+        return f"no replicated subscriptions on stream {stream!r}"
+    return _subscriptions_table(views)
+
+
+def _subscriptions_table(views: Sequence[SubscriptionView]) -> str:
+    return table(
+        (
+            "SUBSCRIPTION",
+            "KIND",
+            "REPLICATED",
+            "MARK-DELETE",
+            "LAST SNAPSHOT",
+            "AT",
+            "UPDATE SENT",
+            "CACHED",
+            "APPLIED FROM",
+        ),
+        [
+            (
+                v.subscription,
+                v.kind.value,
+                _yes_no(v.replicated),
+                str(v.mark_delete),
+                v.last_snapshot_id or "-",
+                str(v.last_snapshot_local) if v.last_snapshot_id else "-",
+                _time(v.last_update_sent_unix_ms),
+                str(v.cached_snapshots),
+                " ".join(f"{a.from_region}@{a.position}" for a in v.applied) or "-",
+            )
+            for v in views
+        ],
+    )
+
+
+def _snapshots_text(stream: str, views: Sequence[SnapshotView]) -> str:
+    if not views:
+        return f"no snapshots kept for stream {stream!r}"
+    return table(
+        ("SNAPSHOT", "LOCAL", "POSITIONS", "COMPLETED", "DURATION"),
+        [
+            (
+                v.id,
+                str(v.local_position),
+                " ".join(f"{region}={pos}" for region, pos in sorted(v.positions.items())),
+                _time(v.completed_unix_ms),
+                f"{v.duration_ms}ms",
+            )
+            for v in views
+        ],
+    )

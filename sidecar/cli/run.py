@@ -1,0 +1,72 @@
+"""`rsub run --config FILE`: run the sidecar of one region until SIGTERM or SIGINT.
+
+Exit status: 0 after a signal, 2 for a bad configuration, 3 when NATS refuses the
+credentials or TLS settings at the first connection (the reason is printed on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import structlog
+
+from sidecar.config import Config, ConfigError, load_config, unrelated_env
+from sidecar.logs import configure_logging
+from sidecar.nats.connection import NatsRefused
+from sidecar.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = subparsers.add_parser(
+        "run",
+        help="run the sidecar of one region",
+        description="Run the rsub sidecar: snapshots, updates and the gRPC/HTTP API. "
+        "Settings come from the YAML file, overridden by RSUB_* environment variables.",
+    )
+    run.add_argument("--config", type=Path, help="YAML configuration file (optional with RSUB_*)")
+    run.set_defaults(handler=run_sidecar)
+
+
+async def serve(config: Config) -> NatsRefused | None:
+    """Run a `Runtime` until SIGTERM/SIGINT, then stop it cleanly.
+
+    Returns early, with the error, when NATS refuses the credentials at the first connection.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runtime = Runtime(config)
+    await runtime.start()
+    waits = (asyncio.create_task(stop.wait()), asyncio.create_task(runtime.wait_failed()))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+        await runtime.stop()
+    return runtime.failure
+
+
+def run_sidecar(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, os.environ)
+    except ConfigError as err:
+        print(f"rsub run: {err}", file=sys.stderr)
+        return 2
+    configure_logging(config.log.format, config.log.level)
+    if unrelated := unrelated_env(os.environ):
+        # Names only: a value may be a secret. Typos of settings were refused by load_config.
+        log.warning("env_ignored", variables=unrelated, reason="RSUB_ variables naming no setting")
+    failure = asyncio.run(serve(config))
+    if failure is not None:
+        print(f"rsub run: {failure}", file=sys.stderr)
+        return 3
+    return 0

@@ -1,0 +1,65 @@
+"""The one path for direct JetStream API requests: `$JS.API.<op>`, JSON in, JSON out.
+
+Written by hand because nats-py's manager lacks what rsub needs: `CONSUMER.RESET`, paged
+consumer listings read together with the stream's state, `STREAM.MSG.GET` from the stream
+leader with `next_by_subj`, and stream configuration fields it does not model (sources with
+per-source transforms). Everything else goes through nats-py's own JetStream calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js.errors import APIError
+
+API_PREFIX = "$JS.API"
+# `err_code` of a `STREAM.MSG.GET` that matched no message.
+NO_MESSAGE_FOUND = 10037
+
+
+async def request(
+    nc: Client,
+    op: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    timeout_s: float,
+    prefix: str = API_PREFIX,
+) -> dict[str, Any]:
+    """One API call (`op` as `STREAM.INFO.orders`); an error reply raises the matching
+    `nats.js.errors.APIError` (its `err_code` tells the JetStream error apart)."""
+    body = json.dumps(payload).encode() if payload is not None else b""
+    reply = await nc.request(f"{prefix}.{op}", body, timeout=timeout_s)
+    data: dict[str, Any] = json.loads(reply.data)
+    if "error" in data:
+        APIError.from_error(data["error"])  # raises
+    return data
+
+
+async def msg_get(
+    nc: Client,
+    stream: str,
+    seq: int,
+    *,
+    next_by_subj: str | None = None,
+    timeout_s: float,
+    prefix: str = API_PREFIX,
+) -> dict[str, Any] | None:
+    """The stored message at `seq` (with `next_by_subj`: the first at or after `seq` on that
+    subject) as the server gives it (`seq`, `subject`, base64 `hdrs` and `data`, `time`), or
+    None when there is none. Answered by the stream leader, never a lagging replica."""
+    query: dict[str, Any] = {"seq": seq}
+    if next_by_subj is not None:
+        query["next_by_subj"] = next_by_subj
+    try:
+        reply = await request(
+            nc, f"STREAM.MSG.GET.{stream}", query, timeout_s=timeout_s, prefix=prefix
+        )
+    except APIError as err:
+        if err.err_code == NO_MESSAGE_FOUND:
+            return None
+        raise
+    message: dict[str, Any] = reply["message"]
+    return message

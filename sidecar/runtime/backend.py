@@ -1,0 +1,263 @@
+"""`RuntimeBackend`: the runtime's side of the API boundary (`sidecar.api.backend`).
+
+Reads answer from each stream driver's machine (so they work on followers too) and from
+what the driver last read; writes check leadership and the connection first, write to NATS,
+then hand what they changed to the driver and wait until the machine has taken it in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
+
+import sidecar
+from sidecar.api import backend as views
+from sidecar.api.errors import FailedPrecondition, InvalidArgument, NotFound, NotLeader, Unavailable
+from sidecar.nats import consumers, jsapi
+from sidecar.protocol import MachineSubscription, Output, PendingView, StreamMachine
+from sidecar.runtime.clock import now_ms
+from sidecar.runtime.driver import StreamDriver
+from sidecar.runtime.handles import RegionHandles
+
+# A source link counts as active when the server heard from it this recently.
+_SOURCE_ACTIVE_NS = 10 * 1_000_000_000
+_STREAM_INFO_TIMEOUT_S = 2.0
+
+
+class RuntimeBackend:
+    """Implements `sidecar.api.backend.SidecarBackend`; `Runtime` adds the lifecycle."""
+
+    def __init__(
+        self,
+        regions: Sequence[str],
+        handles: RegionHandles,
+        drivers: Mapping[str, StreamDriver],
+        *,
+        topology_applied: bool,
+    ) -> None:
+        self.region = handles.region
+        self._regions = tuple(regions)
+        self._handles = handles
+        self._drivers = drivers
+        self._topology_applied = topology_applied
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._handles.is_leader
+
+    @property
+    def epoch(self) -> int:
+        return self._handles.epoch
+
+    @property
+    def readiness(self) -> views.Readiness:
+        lease = self._handles.lease
+        return views.Readiness(
+            connected=self._handles.conn.connected,
+            topology_applied=self._topology_applied,
+            leadership_known=lease is not None and lease.known,
+        )
+
+    async def get_subscription(self, stream: str, subscription: str) -> views.SubscriptionView:
+        return self._subscription(stream, subscription)
+
+    async def list_subscriptions(self, stream: str) -> Sequence[views.SubscriptionView]:
+        driver, machine = self._driver(stream)
+        return [_view(driver, s) for s in machine.subscriptions() if s.exists]
+
+    async def list_snapshots(self, stream: str) -> Sequence[views.SnapshotView]:
+        driver, machine = self._driver(stream)
+        return [
+            views.SnapshotView(
+                id=str(s.id),
+                stream=driver.vs.name,
+                local_position=s.local_position,
+                positions=dict(s.positions),
+                completed_unix_ms=s.completed_ms,
+                duration_ms=max(0, s.completed_ms - s.started_ms),
+            )
+            for s in machine.completed_snapshots()
+        ]
+
+    async def watch_subscription(
+        self, stream: str, subscription: str
+    ) -> AsyncGenerator[views.SubscriptionView, None]:
+        driver, _ = self._driver(stream)
+        last = self._subscription(stream, subscription)
+        yield last
+        while True:
+            async with driver.changed:
+                await driver.changed.wait()
+            try:
+                view = self._subscription(stream, subscription)
+            except NotFound:
+                return
+            if view != last:
+                last = view
+                yield view
+
+    async def status(self) -> views.StatusView:
+        streams = [await self._stream_status(driver) for driver in self._drivers.values()]
+        return views.StatusView(
+            region=self.region,
+            regions=self._regions,
+            leader=self.is_leader,
+            epoch=self.epoch,
+            connected=self._handles.conn.connected,
+            streams=tuple(streams),
+            version=sidecar.__version__,
+        )
+
+    # ---- writes ---------------------------------------------------------------------------
+
+    async def commit_cursor(self, stream: str, subscription: str, sequence: int) -> int:
+        driver, _ = self._driver(stream)
+        self._require_writable()
+        if driver.subscriptions.durables.get(subscription) is not None:
+            raise InvalidArgument(
+                "subscription", f"{subscription!r} is a durable consumer, not an external cursor"
+            )
+        try:
+            value = await self._handles.cursors().advance(stream, subscription, sequence)
+        except (TimeoutError, NatsError) as err:
+            raise Unavailable(f"cannot store the cursor: {err!r}") from err
+        position = driver.subscriptions.cursor_stored(subscription, value)
+        await driver.submit(driver.positions_input({subscription: position}))
+        return value
+
+    async def trigger_snapshot(self, stream: str) -> str:
+        """Start a snapshot now; the pending attempt's id when one is already under way."""
+        driver, _ = self._driver(stream)
+        self._require_writable()
+        now = now_ms()
+        seen: list[tuple[PendingView | None, bool]] = []
+
+        def apply(machine: StreamMachine) -> list[Output]:
+            out = machine.trigger(now)
+            replicated = any(s.exists and s.replicated for s in machine.subscriptions())
+            seen.append((machine.pending(), replicated))
+            return out
+
+        await driver.submit(apply)
+        [(attempt, replicated)] = seen
+        if attempt is not None:
+            return str(attempt.id)
+        if not replicated:
+            raise FailedPrecondition(
+                f"stream {stream!r} has no replicated subscription in region {self.region!r}: "
+                "a snapshot would serve nobody (replicate a durable or commit a cursor first)"
+            )
+        raise NotLeader()
+
+    async def set_replicated(
+        self, stream: str, subscription: str, replicated: bool
+    ) -> views.SubscriptionView:
+        driver, _ = self._driver(stream)
+        self._require_writable()
+        if subscription in driver.subscriptions.cursors:
+            raise InvalidArgument("subscription", "external cursors are always replicated")
+        try:
+            await consumers.set_replicated(
+                self._handles.conn.nc, driver.vs.read_stream(self.region), subscription, replicated
+            )
+            positions = await driver.read_positions()
+        except NotFoundError as err:
+            raise NotFound(
+                f"subscription {subscription!r} of stream {stream!r} is unknown here"
+            ) from err
+        except ValueError as err:
+            raise InvalidArgument("replicated", str(err)) from err
+        except (TimeoutError, NatsError) as err:
+            raise Unavailable(f"cannot update the consumer: {err!r}") from err
+        await driver.submit(driver.positions_input(positions))
+        return self._subscription(stream, subscription)
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _driver(self, stream: str) -> tuple[StreamDriver, StreamMachine]:
+        driver = self._drivers.get(stream)
+        if driver is None:
+            raise NotFound(f"stream {stream!r} is not configured (known: {sorted(self._drivers)})")
+        if driver.machine is None:
+            raise Unavailable(f"stream {stream!r} is still being rebuilt")
+        return driver, driver.machine
+
+    def _require_writable(self) -> None:
+        if not self._handles.conn.connected:
+            raise Unavailable("not connected to NATS")
+        if not self.is_leader:
+            raise NotLeader()
+
+    def _subscription(self, stream: str, subscription: str) -> views.SubscriptionView:
+        driver, machine = self._driver(stream)
+        sub = machine.subscription(subscription)
+        if sub is None or not sub.exists:
+            raise NotFound(f"subscription {subscription!r} of stream {stream!r} is unknown here")
+        return _view(driver, sub)
+
+    async def _stream_status(self, driver: StreamDriver) -> views.StreamStatusView:
+        vs, machine, now = driver.vs, driver.machine, now_ms()
+        last_completed = machine.last_completed_ms if machine is not None else None
+        subscriptions = machine.subscriptions() if machine is not None else []
+        return views.StreamStatusView(
+            stream=vs.name,
+            write_stream=vs.write_stream(self.region),
+            read_stream=vs.read_stream(self.region),
+            last_snapshot_age_ms=now - last_completed if last_completed is not None else None,
+            sources=tuple(await self._sources(driver, now)),
+            replicated_subscriptions=sum(1 for s in subscriptions if s.exists and s.replicated),
+            snapshot_pending=machine is not None and machine.pending() is not None,
+        )
+
+    async def _sources(self, driver: StreamDriver, now: int) -> list[views.SourceLinkView]:
+        """The read stream's source links as the server reports them (none while offline)."""
+        conn, vs = self._handles.conn, driver.vs
+        if not conn.connected:
+            return []
+        try:
+            info = await jsapi.request(
+                conn.nc,
+                f"STREAM.INFO.{vs.read_stream(self.region)}",
+                timeout_s=_STREAM_INFO_TIMEOUT_S,
+            )
+        except (TimeoutError, NatsError):
+            return []
+        links: list[views.SourceLinkView] = []
+        for source in info.get("sources") or []:
+            origin = vs.region_of_write_stream(str(source.get("name", "")))
+            if origin is None:
+                continue
+            active_ns = int(source.get("active", -1))
+            links.append(
+                views.SourceLinkView(
+                    origin_region=origin,
+                    active="error" not in source and 0 <= active_ns < _SOURCE_ACTIVE_NS,
+                    last_marker_age_ms=driver.observer.last_marker_age_ms(origin, now),
+                    lag_messages=int(source.get("lag", 0)),
+                )
+            )
+        return links
+
+
+def _view(driver: StreamDriver, sub: MachineSubscription) -> views.SubscriptionView:
+    sent = sub.last_update_sent
+    return views.SubscriptionView(
+        stream=driver.vs.name,
+        subscription=sub.name,
+        kind=sub.kind,
+        replicated=sub.replicated,
+        mark_delete=sub.mark_delete or 0,
+        mark_delete_read_unix_ms=driver.subscriptions.read_ms,
+        last_snapshot_id=str(sent.snapshot_id) if sent is not None else None,
+        last_snapshot_local=sent.local_position if sent is not None else 0,
+        last_update_sent_unix_ms=sent.sent_ms if sent is not None else None,
+        applied=tuple(
+            views.AppliedUpdateView(a.from_region, str(a.snapshot_id), a.position, a.applied_ms)
+            for a in sub.applied
+        ),
+        cached_snapshots=sub.cached,
+    )

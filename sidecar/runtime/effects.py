@@ -1,0 +1,122 @@
+"""`Effects`: each protocol action of one virtual stream, carried out on NATS.
+
+The machine decides; this module only does what an action says, in the order the machine
+returned the actions, and only while this replica leads with the machine's epoch. A failed
+action is logged (`action_failed`) and the driver goes on with the next output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, assert_never
+
+import structlog
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
+
+from sidecar.naming import VirtualStream
+from sidecar.nats import consumers
+from sidecar.nats.marker_log import publish_marker
+from sidecar.protocol import (
+    Action,
+    CreateConsumer,
+    CreateCursor,
+    Marker,
+    MoveConsumer,
+    MoveCursor,
+    PublishLocal,
+    PublishReplicated,
+    StreamMachine,
+    encode,
+    marker_msg_id,
+)
+from sidecar.runtime.handles import RegionHandles
+from sidecar.runtime.positions import LocalSubscriptions
+
+log = structlog.get_logger(__name__)
+
+_FAILED = (TimeoutError, NatsError, OSError, RuntimeError)
+
+
+class Effects:
+    def __init__(
+        self, vs: VirtualStream, handles: RegionHandles, subscriptions: LocalSubscriptions
+    ) -> None:
+        self._vs = vs
+        self._handles = handles
+        self._subscriptions = subscriptions
+
+    def leads_with(self, machine: StreamMachine) -> bool:
+        """Whether the lease says this replica leads with the epoch the machine acts under.
+
+        The machine learns of a lost or renewed lease through its job queue, after the lease
+        changed: until then its actions carry an epoch this replica no longer holds. Dropping
+        them keeps a deposed leader from publishing or moving anything; the new leader's
+        machine derives the same actions again under its own epoch.
+        """
+        lease = self._handles.lease
+        return lease is not None and lease.is_leader and lease.epoch == machine.epoch
+
+    async def carry_out(self, machine: StreamMachine, action: Action) -> None:
+        name = self._vs.name
+        if not self.leads_with(machine):
+            log.info("action_dropped_not_leader", stream=name, action=repr(action))
+            return
+        try:
+            await self._act(action)
+        except _FAILED as err:
+            log.warning("action_failed", stream=name, action=repr(action), error=repr(err))
+
+    async def _act(self, action: Action) -> None:
+        vs, conn, region = self._vs, self._handles.conn, self._handles.region
+        read_stream = vs.read_stream(region)
+        match action:
+            case PublishReplicated(marker=marker):
+                # To the write stream, which every read stream sources.
+                await self._publish(vs.write_stream(region), vs.marker_subject(region), marker)
+            case PublishLocal(marker=marker):
+                # A completed snapshot is a fact about this region's read stream only: it
+                # goes there directly and is never replicated.
+                await self._publish(read_stream, vs.snapshot_subject(region), marker)
+            case MoveConsumer(subscription=sub, ack_floor=ack_floor):
+                # Forward only: `move_forward` re-reads the consumer and resets it only when
+                # it has not delivered up to `ack_floor` yet; it never rewinds a consumer.
+                try:
+                    await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
+                except NotFoundError:
+                    log.warning("subscription_gone", stream=vs.name, subscription=sub)
+            case CreateConsumer(subscription=sub, config=raw, ack_floor=ack_floor):
+                origin = _consumer_config(raw)
+                if origin is None:
+                    log.error("update_config_unreadable", stream=vs.name, subscription=sub)
+                    return
+                # A consumer of that name that exists already (made by hand, or by an
+                # earlier leader) is only ever moved forward, never re-created.
+                created = await consumers.create_consumer(
+                    conn.nc, read_stream, sub, origin, ack_floor
+                )
+                if not created:
+                    await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
+            case (
+                MoveCursor(subscription=sub, ack_floor=ack_floor)
+                | CreateCursor(subscription=sub, ack_floor=ack_floor)
+            ):
+                # `advance` creates an absent cursor and never moves one backwards.
+                value = await self._handles.cursors().advance(vs.name, sub, ack_floor)
+                self._subscriptions.cursor_stored(sub, value)
+            case _:
+                assert_never(action)
+
+    async def _publish(self, stream: str, subject: str, marker: Marker) -> None:
+        # The id is derived from the content: a retried publish is stored once.
+        js = self._handles.conn.js
+        await publish_marker(js, stream, subject, encode(marker), marker_msg_id(marker))
+
+
+def _consumer_config(raw: bytes) -> dict[str, Any] | None:
+    """The origin's consumer configuration carried by an update (JSON), or None."""
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        return None
+    return config if isinstance(config, dict) else None

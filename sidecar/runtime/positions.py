@@ -1,0 +1,61 @@
+"""`LocalSubscriptions`: one virtual stream's subscriptions in this region, as last read."""
+
+from __future__ import annotations
+
+import json
+
+from nats.aio.client import Client
+
+from sidecar.naming import VirtualStream
+from sidecar.nats import consumers
+from sidecar.nats.cursors import CursorStore, TrailingMarkers
+from sidecar.protocol import SubscriptionInfo, SubscriptionKind
+from sidecar.runtime.clock import now_ms
+
+_EXTERNAL = SubscriptionInfo(SubscriptionKind.EXTERNAL, True, b"")
+
+
+class LocalSubscriptions:
+    """The durables (one consumer listing) and external cursors (one KV get) of `vs` here.
+
+    The driver hands what `read` returns to the machine; the API backend answers from the
+    same last read (which subscription is a durable, when positions were last read), and a
+    cursor commit records the stored value at once (`cursor_stored`).
+    """
+
+    def __init__(self, vs: VirtualStream, region: str) -> None:
+        read_stream = vs.read_stream(region)
+        self._vs = vs
+        self._reader = consumers.PositionReader(read_stream)
+        self._trailing = TrailingMarkers(read_stream, vs.data_filter())
+        self.durables: dict[str, SubscriptionInfo] = {}
+        self.cursors: dict[str, int] = {}
+        self.last_seq = 0
+        """The read stream's last sequence, as read with the durables."""
+        self.read_ms: int | None = None
+
+    def infos(self) -> dict[str, SubscriptionInfo]:
+        """Every local subscription, for the machine's `subscriptions_changed`."""
+        return {**{name: _EXTERNAL for name in self.cursors}, **self.durables}
+
+    async def read(self, nc: Client, store: CursorStore) -> dict[str, int]:
+        """Read everything again; the mark-delete positions of the replicated subscriptions."""
+        read = await self._reader.read(nc)
+        self.cursors = await store.load(self._vs.name)
+        # `read.last_seq` was read before the scan for trailing markers, as it must be.
+        cursors = await self._trailing.effective(nc, self.cursors, read.last_seq)
+        self.durables = {
+            c.name: SubscriptionInfo(
+                SubscriptionKind.DURABLE, c.replicated, json.dumps(c.config).encode()
+            )
+            for c in read.consumers
+        }
+        self.last_seq = read.last_seq
+        self.read_ms = now_ms()
+        return {**cursors, **{c.name: c.mark_delete for c in read.consumers if c.replicated}}
+
+    def cursor_stored(self, subscription: str, value: int) -> int:
+        """Record a cursor value just stored; its mark-delete position (the read stream's
+        last sequence when only markers follow it, as far as already known)."""
+        self.cursors[subscription] = value
+        return self._trailing.known(subscription, value, self.last_seq)

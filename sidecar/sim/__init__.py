@@ -1,9 +1,0 @@
-"""Deterministic simulation of rsub regions driving the real protocol core.
-
-`run(seed)` (or `World(seed, params, factory).run()`) plays one whole schedule from a single
-integer seed and returns a `SimResult` with the first violated property and the last events.
-"""
-
-from sidecar.sim.world import MachineFactory, SimParams, SimResult, World, run
-
-__all__ = ["MachineFactory", "SimParams", "SimResult", "World", "run"]
