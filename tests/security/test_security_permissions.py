@@ -166,7 +166,7 @@ async def consume(js: JetStreamContext, stream: str, n: int) -> list[bytes]:
     sub = await js.pull_subscribe_bind(DURABLE, stream=stream)
     got: list[bytes] = []
     while len(got) < n:
-        with contextlib.suppress(nats.errors.TimeoutError):
+        with contextlib.suppress(TimeoutError):  # nats-py raises its own or asyncio's
             for msg in await sub.fetch(n - len(got), timeout=2):
                 await msg.ack_sync()
                 got.append(msg.data)
