@@ -21,6 +21,7 @@ from sidecar.protocol.markers import (
     SubscriptionKind,
     Update,
 )
+from sidecar.protocol.origins import DataEntry, OriginIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,18 +141,22 @@ class SnapshotTimedOut:
 @dataclass(frozen=True, slots=True)
 class UpdateSent:
     subscription: str
-    snapshot_id: SnapshotId
+    snapshot_id: SnapshotId | None
     positions: Mapping[str, int]
+    progress: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
 class UpdateApplied:
-    """An update naming this region was accepted (the move/create follows as an action)."""
+    """An update for this region was accepted: its snapshot's position here (None when it
+    brought no newer snapshot naming this region) and its progress vector (empty if none).
+    The move or create follows as an action."""
 
     subscription: str
     from_region: str
-    snapshot_id: SnapshotId
-    position: int
+    snapshot_id: SnapshotId | None
+    position: int | None
+    progress: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +201,15 @@ Output = Action | Event
 
 @dataclass(frozen=True, slots=True)
 class SentUpdate:
-    snapshot_id: SnapshotId
+    """The last update sent: its snapshot part (None before the first snapshot passed) and
+    its progress vector with the mark-delete it was read at (empty and 0 without one)."""
+
+    snapshot_id: SnapshotId | None
     local_position: int
     positions: Mapping[str, int]
     sent_ms: int
+    progress: Mapping[str, int]
+    progress_position: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +233,12 @@ class MachineSubscription:
     last_update_sent: SentUpdate | None
     applied: tuple[AppliedUpdate, ...]
     cached: int
+    progress: Mapping[str, int]
+    """The elementwise maximum of every progress vector received for it (empty if none):
+    each message it covers was consumed in some region."""
+    exposure: int | None
+    """Data messages above `mark_delete` covered by `progress`: what a native consumer here
+    would receive again if the region it is consumed in were lost now (None: no vector)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +272,8 @@ class _Sub:
     mark_delete: int | None = None
     last_sent: SentUpdate | None = None
     target: int | None = None  # position an applied update asks for, not yet carried out
+    progress: dict[str, int] = field(default_factory=dict)  # merged vectors received
+    exposure: int | None = None
 
 
 class StreamMachine:
@@ -282,6 +300,7 @@ class StreamMachine:
         self._own_max_id: SnapshotId | None = None  # highest own snapshot id seen in markers
         self._subs: dict[str, _Sub] = {}
         self._applied: dict[str, dict[str, AppliedUpdate]] = {}
+        self._index = OriginIndex()
 
     @classmethod
     def restore(
@@ -292,10 +311,13 @@ class StreamMachine:
         positions: Mapping[str, int],
         read_last_seq: int,
         now_ms: int,
+        data: Iterable[DataEntry] = (),
     ) -> StreamMachine:
-        """A follower rebuilt from the markers stored in the read stream and current positions."""
+        """A follower rebuilt from the read stream: its data messages' origins, the markers
+        stored in it, and current positions."""
         machine = cls(config)
         machine.tick(now_ms)
+        machine.data_indexed(data)
         machine.subscriptions_changed(subscriptions)
         for seq, marker in markers:
             machine.marker_seen(seq, marker)
@@ -330,6 +352,12 @@ class StreamMachine:
         self._last_seq = max(self._last_seq, last_seq)
         return []
 
+    def data_indexed(self, entries: Iterable[DataEntry]) -> list[Output]:
+        """Data messages of the read stream, in order, with their origins (`origins.DataEntry`:
+        from `Nats-Stream-Source`); ones already given (a replay) are skipped."""
+        self._index.add(entries)
+        return []
+
     def positions_read(self, positions: Mapping[str, int], read_last_seq: int) -> list[Output]:
         """Mark-delete positions (effective ack floors / external cursors) of local subscriptions."""
         self._last_seq = max(self._last_seq, read_last_seq)
@@ -341,6 +369,9 @@ class StreamMachine:
             sub.mark_delete = position
             self._reconcile(name, sub, out)
             self._maybe_send_update(name, sub, out)
+            if sub.progress:
+                sub.exposure = self._index.covered_above(sub.mark_delete, sub.progress)
+        self._trim_index()
         return out
 
     def subscriptions_changed(self, subscriptions: Mapping[str, SubscriptionInfo]) -> list[Output]:
@@ -418,7 +449,7 @@ class StreamMachine:
         body = marker.body
         if region == self._region:
             sid = body.snapshot_id if isinstance(body, Update) else body.id
-            if self._own_max_id is None or sid > self._own_max_id:
+            if sid is not None and (self._own_max_id is None or sid > self._own_max_id):
                 self._own_max_id = sid
         if type(body) is Request:
             if region == self._region:
@@ -455,6 +486,11 @@ class StreamMachine:
         return self._epoch
 
     @property
+    def origin_index_runs(self) -> int:
+        """Runs held by the origin index (24 bytes each, `origins.OriginIndex`)."""
+        return self._index.runs
+
+    @property
     def last_completed_ms(self) -> int | None:
         return self._completed[-1].completed_ms if self._completed else None
 
@@ -480,6 +516,8 @@ class StreamMachine:
             sub.last_sent,
             tuple(self._applied.get(name, {}).values()),
             len(sub.cache),
+            dict(sub.progress),
+            sub.exposure,
         )
 
     def subscriptions(self) -> list[MachineSubscription]:
@@ -493,6 +531,25 @@ class StreamMachine:
 
     def _rounds(self) -> int:
         return 1 if len(self._others) <= 1 else 2
+
+    def _vector_at(self, mark_delete: int) -> dict[str, int]:
+        """The progress vector at `mark_delete` (DESIGN §7): never above it."""
+        return self._index.vector_at(mark_delete)
+
+    def _position_for(self, progress: Mapping[str, int], after: int) -> int | None:
+        """How far past `after` every data message is covered by `progress`."""
+        return self._index.position_for(progress, after)
+
+    def _trim_index(self) -> None:
+        """Forget origins below every replicated subscription's mark-delete: no vector is read
+        below it (`_maybe_send_update` checks), and no move goes back past it."""
+        lowest = self._index.indexed_through
+        for sub in self._subs.values():
+            if sub.exists and sub.info.replicated:
+                if sub.mark_delete is None:
+                    return
+                lowest = min(lowest, sub.mark_delete)
+        self._index.trim(lowest)
 
     def _own_request_seen(self, attempt: _Attempt, round_: int, read_seq: int) -> None:
         attempt.local_max = max(attempt.local_max, read_seq)
@@ -576,36 +633,52 @@ class StreamMachine:
     def _maybe_send_update(self, name: str, sub: _Sub, out: list[Output]) -> None:
         if not self._leader or not sub.info.replicated or sub.mark_delete is None:
             return
-        snapshot = sub.cache.advance(sub.mark_delete)
-        if snapshot is None:
+        mark_delete, sent = sub.mark_delete, sub.last_sent
+        snapshot = sub.cache.advance(mark_delete)
+        if snapshot is not None and sent is not None and sent.snapshot_id is not None:
+            snapshot = snapshot if snapshot.local_position > sent.local_position else None
+        sent_progress = sent.progress if sent is not None else {}
+        # A vector read below the trim point could name messages above `mark_delete`.
+        trimmed = mark_delete < self._index.trimmed_through
+        progress = {} if trimmed else self._vector_at(mark_delete)
+        # A changed vector goes out at most once per interval (a snapshot carries it at once).
+        due = sent is None or self._now - sent.sent_ms >= self.config.interval_ms
+        if snapshot is None and not (progress and progress != sent_progress and due):
             return
-        sent = sub.last_sent
-        if sent is not None and snapshot.local_position <= sent.local_position:
-            return
-        sub.last_sent = SentUpdate(
-            snapshot.id, snapshot.local_position, snapshot.positions, self._now
-        )
-        update = Update(
-            name,
-            sub.info.kind,
-            snapshot.id,
-            snapshot.local_position,
-            snapshot.positions,
-            sub.info.config,
-        )
+        sid: SnapshotId | None = None
+        local, positions = 0, {}  # type: tuple[int, Mapping[str, int]]
+        if snapshot is not None:
+            sid, local, positions = snapshot.id, snapshot.local_position, snapshot.positions
+        elif sent is not None:
+            sid, local, positions = sent.snapshot_id, sent.local_position, sent.positions
+        at = mark_delete
+        if not progress:
+            progress, at = dict(sent_progress), sent.progress_position if sent is not None else 0
+        sub.last_sent = SentUpdate(sid, local, positions, self._now, progress, at)
+        update = Update(name, sub.info.kind, sid, local, positions, sub.info.config, progress, at)
         out.append(self._publish(update))
-        out.append(UpdateSent(name, snapshot.id, snapshot.positions))
+        out.append(UpdateSent(name, sid, positions, progress))
 
     def _own_update_seen(self, body: Update) -> None:
         sub = self._subs.get(body.subscription)
         if sub is None:
             return
         sent = sub.last_sent
-        if sent is None or body.local_position > sent.local_position:
+        newer_snapshot = body.snapshot_id is not None and (
+            sent is None or sent.snapshot_id is None or body.local_position > sent.local_position
+        )
+        newer_progress = body.progress_position > (sent.progress_position if sent else 0)
+        if sent is None or newer_snapshot or newer_progress:
             sub.last_sent = SentUpdate(
-                body.snapshot_id, body.local_position, body.positions, self._now
+                body.snapshot_id,
+                body.local_position,
+                body.positions,
+                self._now,
+                body.progress,
+                body.progress_position,
             )
-            sub.cache.advance(body.local_position)
+            if body.snapshot_id is not None:
+                sub.cache.advance(body.local_position)
 
     # ---- responder and receiver -----------------------------------------------------------
 
@@ -623,36 +696,58 @@ class StreamMachine:
         return [self._publish(Response(body.id, body.round, position))]
 
     def _on_update(self, origin: str, body: Update) -> list[Output]:
-        position = body.positions.get(self._region)
         name = body.subscription
-        if position is None:
-            return [MarkerIgnored(IgnoreReason.NOT_NAMED, origin, f"update of {name}")]
+        sub = self._subs.get(name)
+        if sub is not None and not sub.info.replicated:
+            return [MarkerIgnored(IgnoreReason.NOT_REPLICATED, origin, f"update of {name}")]
+        position = body.positions.get(self._region) if body.snapshot_id is not None else None
         applied = self._applied.setdefault(name, {})
         previous = applied.get(origin)
-        if previous is not None and body.snapshot_id <= previous.snapshot_id:
+        ignored: MarkerIgnored | None = None
+        if body.snapshot_id is None:
+            pass
+        elif position is None:
+            ignored = MarkerIgnored(IgnoreReason.NOT_NAMED, origin, f"update of {name}")
+        elif previous is not None and body.snapshot_id <= previous.snapshot_id:
             reason = (
                 IgnoreReason.DUPLICATE
                 if body.snapshot_id == previous.snapshot_id
                 else IgnoreReason.OLDER_UPDATE
             )
-            return [MarkerIgnored(reason, origin, f"update of {name} {body.snapshot_id}")]
-        sub = self._subs.get(name)
-        if sub is not None and not sub.info.replicated:
-            return [MarkerIgnored(IgnoreReason.NOT_REPLICATED, origin, f"update of {name}")]
-        applied[origin] = AppliedUpdate(origin, body.snapshot_id, position, self._now)
+            ignored = MarkerIgnored(reason, origin, f"update of {name} {body.snapshot_id}")
+            position = None
+        progress = body.progress
+        if sub is not None and all(sub.progress.get(o, 0) >= s for o, s in progress.items()):
+            progress = {}  # nothing this region does not know already
+        if position is None and not progress:
+            return [ignored] if ignored is not None else []
         if sub is None:
             info = SubscriptionInfo(body.kind, True, body.config)
             sub = self._subs[name] = _Sub(info, SnapshotCache(self.config.cache_size), False)
-        if sub.target is None or position > sub.target:
-            sub.target = position
-        out: list[Output] = [UpdateApplied(name, origin, body.snapshot_id, position)]
+        if position is not None and body.snapshot_id is not None:
+            applied[origin] = AppliedUpdate(origin, body.snapshot_id, position, self._now)
+            if sub.target is None or position > sub.target:
+                sub.target = position
+        for o, s in progress.items():
+            sub.progress[o] = max(sub.progress.get(o, 0), s)
+        out: list[Output] = [
+            UpdateApplied(name, origin, body.snapshot_id if position else None, position, progress)
+        ]
         self._reconcile(name, sub, out)
         return out
 
     def _reconcile(self, name: str, sub: _Sub, out: list[Output]) -> None:
-        """Carry out an applied update's target: create if absent, move forward only."""
+        """Carry out applied updates: create if absent, move forward only, to the further of
+        the snapshot's position and the position the progress vector covers."""
+        if not self._leader:
+            return
         target = sub.target
-        if not self._leader or target is None:
+        if sub.progress and (not sub.exists or sub.mark_delete is not None):
+            after = sub.mark_delete if sub.exists and sub.mark_delete is not None else 0
+            covered = self._position_for(sub.progress, after)
+            if covered is not None and (not sub.exists or covered > after):
+                target = covered if target is None else max(target, covered)
+        if target is None:
             return
         external = sub.info.kind is SubscriptionKind.EXTERNAL
         if not sub.exists:

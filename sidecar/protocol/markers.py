@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
@@ -80,12 +80,18 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Update:
+    """Where `subscription` may move in the other regions: the newest snapshot it passed
+    (`snapshot_id`, `local_position`, `positions`; unset before its first one) and its
+    progress vector read at `progress_position` (empty and 0 without one). At least one."""
+
     subscription: str
     kind: SubscriptionKind
-    snapshot_id: SnapshotId
+    snapshot_id: SnapshotId | None
     local_position: int
     positions: Mapping[str, int]
     config: bytes
+    progress: Mapping[str, int] = field(default_factory=dict)
+    progress_position: int = 0
 
 
 Body = Request | Response | Snapshot | Update
@@ -145,10 +151,12 @@ def encode(marker: Marker) -> bytes:
         update = pb.SubscriptionUpdate(
             subscription=body.subscription,
             kind=_KIND_TO_PB[body.kind],
-            snapshot_id=_id_pb(body.snapshot_id),
+            snapshot_id=_id_pb(body.snapshot_id) if body.snapshot_id is not None else None,
             local_position=body.local_position,
             positions=body.positions,
             config=body.config,
+            progress=body.progress,
+            progress_position=body.progress_position,
         )
         msg = _envelope(marker, update=update)
     return msg.SerializeToString()
@@ -197,7 +205,8 @@ def marker_msg_id(marker: Marker) -> str:
     """The `Nats-Msg-Id` of a marker: unique to its content, so a retried publish is stored once.
 
     Ids are global across regions and streams: a request or snapshot id already names its
-    region, a response names its responder, an update its subscription and snapshot.
+    region, a response names its responder, an update its subscription, snapshot (or writer)
+    and the position its progress was read at.
     """
     body, prefix = marker.body, f"rsub.{marker.stream}"
     if isinstance(body, Request):
@@ -206,7 +215,10 @@ def marker_msg_id(marker: Marker) -> str:
         return f"{prefix}.resp.{marker.region}.{body.id}.{body.round}"
     if isinstance(body, Snapshot):
         return f"{prefix}.snap.{body.id}"
-    return f"{prefix}.upd.{body.subscription}.{body.snapshot_id}"
+    at = body.snapshot_id if body.snapshot_id is not None else marker.region
+    if not body.progress_position:
+        return f"{prefix}.upd.{body.subscription}.{at}"
+    return f"{prefix}.upd.{body.subscription}.{at}.at{body.progress_position}"
 
 
 def _validate(msg: pb.Marker, stream: str, regions: Collection[str]) -> Marker:
@@ -252,17 +264,53 @@ def _validate(msg: pb.Marker, stream: str, regions: Collection[str]) -> Marker:
             )
         if u.kind not in _KIND_FROM_PB:
             raise _Invalid(RejectReason.INVALID_FIELD, f"update.kind: unknown kind {u.kind}")
-        body = Update(
-            u.subscription,
-            _KIND_FROM_PB[u.kind],
-            _snapshot_id("update.snapshot_id", u, "snapshot_id", regions, region),
-            _positive("update.local_position", u.local_position),
-            _positions("update.positions", u.positions, regions, region),
-            u.config,
-        )
+        body = _update(u, regions, region)
     else:
         raise _Invalid(RejectReason.MISSING_FIELD, "body: no request/response/snapshot/update")
     return Marker(region, stream, epoch, body)
+
+
+def _update(u: pb.SubscriptionUpdate, regions: Collection[str], writer: str) -> Update:
+    progress: dict[str, int] = {}
+    progress_position = 0
+    if u.progress or u.progress_position:
+        progress_position = _positive("update.progress_position", u.progress_position)
+        progress = _origin_seqs("update.progress", u.progress, regions)
+    if u.HasField("snapshot_id"):
+        snapshot_id: SnapshotId | None = _snapshot_id(
+            "update.snapshot_id", u, "snapshot_id", regions, writer
+        )
+        local_position = _positive("update.local_position", u.local_position)
+        positions = _positions("update.positions", u.positions, regions, writer)
+    elif progress:
+        if u.local_position or u.positions:
+            raise _Invalid(RejectReason.INVALID_FIELD, "update: snapshot fields without its id")
+        snapshot_id, local_position, positions = None, 0, {}
+    else:
+        raise _Invalid(RejectReason.MISSING_FIELD, "update: neither snapshot_id nor progress")
+    return Update(
+        u.subscription,
+        _KIND_FROM_PB[u.kind],
+        snapshot_id,
+        local_position,
+        positions,
+        u.config,
+        progress,
+        progress_position,
+    )
+
+
+def _origin_seqs(field: str, value: Mapping[str, int], regions: Collection[str]) -> dict[str, int]:
+    """A progress vector: origin sequences of known regions (the writer's own included)."""
+    out = dict(value)
+    if not out:
+        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: empty")
+    for region, seq in out.items():
+        if region not in regions:
+            _region(f"{field} key", region, regions)
+        if not 0 < seq <= MAX_POSITION:
+            _positive(f"{field}[{region}]", seq)
+    return out
 
 
 def _region(field: str, value: str, regions: Collection[str]) -> str:

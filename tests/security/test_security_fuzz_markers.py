@@ -221,8 +221,14 @@ def check_accepted(marker: Marker) -> None:
         _check_positions(body.positions, marker.region)
     else:
         assert isinstance(body, Update)
-        _check_id(body.snapshot_id)
-        assert body.snapshot_id.region == marker.region
+        if body.snapshot_id is None:
+            assert body.progress and not body.positions and body.local_position == 0
+        else:
+            _check_id(body.snapshot_id)
+            assert body.snapshot_id.region == marker.region
+        for origin, seq in body.progress.items():
+            assert origin in REGIONS and 1 <= seq <= MAX_POSITION
+        assert (body.progress_position > 0) == bool(body.progress)
         assert 1 <= len(body.subscription) <= 255 and body.subscription.isascii()
         assert body.subscription[0].isalnum() and "." not in body.subscription
         assert body.kind in (SubscriptionKind.DURABLE, SubscriptionKind.EXTERNAL)

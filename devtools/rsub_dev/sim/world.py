@@ -681,6 +681,8 @@ class World:
             if view is None or view.mark_delete is None:
                 continue
             copy = self.subs[out.subscription].copies.get(region)
+            if out.position is None:
+                continue
             if copy is None or self._covered(region, copy) < out.position:
                 raise Violation(
                     f"{region}: update of {out.subscription} to {out.position} from "

@@ -66,8 +66,15 @@ class CompletedSnapshot(_message.Message):
     def __init__(self, id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., started_unix_ms: _Optional[int] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...
 
 class SubscriptionUpdate(_message.Message):
-    __slots__ = ("subscription", "kind", "snapshot_id", "local_position", "positions", "config")
+    __slots__ = ("subscription", "kind", "snapshot_id", "local_position", "positions", "config", "progress", "progress_position")
     class PositionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -80,13 +87,17 @@ class SubscriptionUpdate(_message.Message):
     LOCAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_POSITION_FIELD_NUMBER: _ClassVar[int]
     subscription: str
     kind: SubscriptionKind
     snapshot_id: SnapshotId
     local_position: int
     positions: _containers.ScalarMap[str, int]
     config: bytes
-    def __init__(self, subscription: _Optional[str] = ..., kind: _Optional[_Union[SubscriptionKind, str]] = ..., snapshot_id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., config: _Optional[bytes] = ...) -> None: ...
+    progress: _containers.ScalarMap[str, int]
+    progress_position: int
+    def __init__(self, subscription: _Optional[str] = ..., kind: _Optional[_Union[SubscriptionKind, str]] = ..., snapshot_id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., config: _Optional[bytes] = ..., progress: _Optional[_Mapping[str, int]] = ..., progress_position: _Optional[int] = ...) -> None: ...
 
 class Marker(_message.Message):
     __slots__ = ("region", "stream", "epoch", "request", "response", "snapshot", "update")
