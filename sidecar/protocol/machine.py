@@ -33,6 +33,9 @@ class MachineConfig:
     timeout_ms: int = 30_000
     cache_size: int = 30
     history_size: int = 100
+    progress: bool = True
+    """Progress vectors (DESIGN §7): sent, and applied when received. Off, the machine is
+    PIP-33 only (its index stays empty and received vectors are ignored)."""
 
     def __post_init__(self) -> None:
         if self.region not in self.regions:
@@ -639,8 +642,8 @@ class StreamMachine:
             snapshot = snapshot if snapshot.local_position > sent.local_position else None
         sent_progress = sent.progress if sent is not None else {}
         # A vector read below the trim point could name messages above `mark_delete`.
-        trimmed = mark_delete < self._index.trimmed_through
-        progress = {} if trimmed else self._vector_at(mark_delete)
+        readable = self.config.progress and mark_delete >= self._index.trimmed_through
+        progress = self._vector_at(mark_delete) if readable else {}
         # A changed vector goes out at most once per interval (a snapshot carries it at once).
         due = sent is None or self._now - sent.sent_ms >= self.config.interval_ms
         if snapshot is None and not (progress and progress != sent_progress and due):
@@ -716,7 +719,7 @@ class StreamMachine:
             )
             ignored = MarkerIgnored(reason, origin, f"update of {name} {body.snapshot_id}")
             position = None
-        progress = body.progress
+        progress = body.progress if self.config.progress else {}
         if sub is not None and all(sub.progress.get(o, 0) >= s for o, s in progress.items()):
             progress = {}  # nothing this region does not know already
         if position is None and not progress:

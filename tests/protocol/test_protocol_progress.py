@@ -152,3 +152,15 @@ def test_an_older_vector_never_moves_back() -> None:
     assert [
         o for o in b.marker_seen(7, Marker("a", STREAM, 1, old)) if isinstance(o, MoveConsumer)
     ] == []
+
+
+def test_with_progress_off_vectors_are_neither_sent_nor_applied() -> None:
+    config = MachineConfig("b", STREAM, REGIONS, interval_ms=INTERVAL, progress=False)
+    b = StreamMachine(config)
+    b.became_leader(1)
+    b.data_indexed(Q_B)
+    b.tick(1_000)
+    vector_only = Update("d", SUBS["d"].kind, None, 0, {}, b"cfg-d", {"a": 3, "b": 2, "c": 1}, 6)
+    assert b.marker_seen(7, Marker("a", STREAM, 1, vector_only)) == []
+    b.subscriptions_changed(SUBS)
+    assert updates(b.positions_read({"d": 6}, 6)) == []
