@@ -71,11 +71,21 @@ async def wait_until(
     *,
     poll_s: float = _POLL_S,
 ) -> None:
-    """Poll `check` until it returns True; raise TimeoutError naming `what` after the deadline."""
+    """Poll `check` until it returns True; raise TimeoutError naming `what` after the deadline.
+
+    A check whose own request times out (a JetStream API call on a loaded machine, a meta
+    leader being elected) counts as "not yet"; the last such timeout is chained to the error.
+    """
     deadline = time.monotonic() + timeout_s
-    while not await check():
+    last: TimeoutError | None = None
+    while True:
+        try:
+            if await check():
+                return
+        except TimeoutError as err:  # nats-py's request timeouts are TimeoutErrors too
+            last = err
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}") from last
         await asyncio.sleep(poll_s)
 
 
