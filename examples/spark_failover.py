@@ -342,7 +342,8 @@ class Demo:
     async def mark_delete(self, region: str) -> int:
         client = rsub_spark.SidecarClient(self.options(region)["sidecar"])
         try:
-            return await asyncio.to_thread(client.mark_delete, STREAM, SUBSCRIPTION)
+            mark_delete, _ = await asyncio.to_thread(client.subscription, STREAM, SUBSCRIPTION)
+            return mark_delete
         finally:
             client.close()
 

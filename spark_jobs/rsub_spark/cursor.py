@@ -83,8 +83,9 @@ class SidecarClient:
             f"{stream!r} failed with {code.name}: {detail}"
         )
 
-    def mark_delete(self, stream: str, subscription: str) -> int:
-        """The subscription's mark-delete position: every sequence <= it is consumed."""
+    def subscription(self, stream: str, subscription: str) -> tuple[int, dict[str, int]]:
+        """The subscription's mark-delete position (every sequence <= it is consumed) and its
+        progress vector (origin region -> highest origin sequence consumed somewhere)."""
         request = api_pb2.GetSubscriptionRequest(stream=stream, subscription=subscription)
         try:
             state = self._stub.GetSubscription(
@@ -92,7 +93,7 @@ class SidecarClient:
             )
         except grpc.RpcError as error:
             raise self._fail("GetSubscription", stream, subscription, error) from None
-        return int(state.mark_delete)
+        return int(state.mark_delete), dict(state.progress)
 
     def commit(self, stream: str, subscription: str, sequence: int) -> int:
         """Moves the subscription's cursor to `sequence`; returns the cursor after the commit."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -17,6 +17,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sidecar.exact import covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 
 # Publishers may set this header to the original publish time, as unix milliseconds or
@@ -81,9 +82,13 @@ def published_at_micros(value: str) -> int | None:
 
 
 def to_record_batch(
-    records: Sequence[Record], origins: VirtualStream | None, schema: pa.Schema
+    records: Sequence[Record],
+    origins: VirtualStream | None,
+    schema: pa.Schema,
+    progress: Mapping[str, int],
 ) -> pa.RecordBatch:
-    """One Arrow batch of rows (in schema order; headers only if the schema has them)."""
+    """One Arrow batch of rows (in schema order; headers only if the schema has them),
+    leaving out the messages `progress` covers (consumed somewhere, `sidecar.exact`)."""
     subjects: list[str] = []
     datas: list[bytes] = []
     seqs: list[int] = []
@@ -93,11 +98,13 @@ def to_record_batch(
     headers: list[list[tuple[str, str]] | None] = []
     with_headers = schema.get_field_index("headers") >= 0
     for seq, subject, data, hdrs, stored in records:
+        source = hdrs.get(SOURCE_HEADER) if hdrs else None
+        origin = origins.origin_of(source) if origins is not None and source else None
+        if covered(origin, progress):
+            continue
         subjects.append(subject)
         datas.append(data)
         seqs.append(seq)
-        source = hdrs.get(SOURCE_HEADER) if hdrs else None
-        origin = origins.origin_of(source) if origins is not None and source else None
         origin_regions.append(origin[0] if origin else None)
         origin_seqs.append(origin[1] if origin else None)
         published = hdrs.get(PUBLISHED_AT_HEADER) if hdrs else None

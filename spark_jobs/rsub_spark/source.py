@@ -2,7 +2,10 @@
 
 Offsets are `{"stream": <read stream>, "sequence": N}`: everything up to and including
 read-stream sequence N is part of the batches so far. A micro-batch from offset `a` to `b`
-reads exactly the data messages with `a < sequence <= b`.
+reads exactly the data messages with `a < sequence <= b`, except those covered by the
+offsets' `"progress"`: a query that continues a subscription (`startingOffsets=subscription`)
+reads the subscription's progress vector once at its start and carries it in every offset
+(so in its checkpoint), leaving out the messages consumed elsewhere (`sidecar.exact`).
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import structlog
@@ -48,15 +51,19 @@ class RsubCheckpointError(RuntimeError):
 
 
 class SequenceRange(InputPartition):
-    """The read-stream sequences `start < s <= end`, read by one Spark task."""
+    """The read-stream sequences `start < s <= end`, read by one Spark task, without the
+    messages `progress` covers."""
 
-    def __init__(self, start: int, end: int) -> None:
+    def __init__(self, start: int, end: int, progress: Mapping[str, int]) -> None:
         super().__init__((start, end))
         self.start = start
         self.end = end
+        self.progress = dict(progress)
 
 
-def split_range(opts: RsubOptions, start: int, end: int) -> list[SequenceRange]:
+def split_range(
+    opts: RsubOptions, start: int, end: int, progress: Mapping[str, int]
+) -> list[SequenceRange]:
     """Cuts `(start, end]` into at least minPartitions ranges of <= maxRecordsPerPartition."""
     span = end - start
     if span <= 0:
@@ -64,31 +71,51 @@ def split_range(opts: RsubOptions, start: int, end: int) -> list[SequenceRange]:
     count = max(opts.min_partitions, math.ceil(span / opts.max_records_per_partition))
     count = min(count, span)
     bounds = [start + span * i // count for i in range(count + 1)]
-    return [SequenceRange(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+    return [SequenceRange(lo, hi, progress) for lo, hi in itertools.pairwise(bounds)]
 
 
 def read_range_batches(
-    opts: RsubOptions, schema: StructType, start: int, end: int
+    opts: RsubOptions, schema: StructType, part: SequenceRange
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the data messages with `start < sequence <= end`."""
+    """Arrow batches of the data messages of `part`; logs how many rows its vector dropped."""
     pa_schema = arrow_schema(schema)
-    for msgs, bounds in iterate_range(opts, start, end):
-        yield to_record_batch(msgs, bounds.origins, pa_schema)
+    dropped = 0
+    for msgs, bounds in iterate_range(opts, part.start, part.end):
+        batch = to_record_batch(msgs, bounds.origins, pa_schema, part.progress)
+        dropped += len(msgs) - batch.num_rows
+        yield batch
+    if dropped:
+        log.info(
+            "rsub.covered_rows_dropped",
+            read_stream=opts.read_stream,
+            subscription=opts.subscription,
+            start=part.start,
+            end=part.end,
+            rows=dropped,
+        )
 
 
-def starting_sequence(opts: RsubOptions, streaming: bool, bounds: StreamBounds) -> int:
-    """The exclusive start sequence of a new query or batch read."""
+class Start(NamedTuple):
+    """Where a new query or batch read starts: after sequence `after`, leaving out the
+    messages `progress` covers (empty unless it continues a subscription)."""
+
+    after: int
+    progress: dict[str, int]
+
+
+def start_of(opts: RsubOptions, streaming: bool, bounds: StreamBounds) -> Start:
+    """Where a new query or batch read starts."""
     starting = opts.starting_for(streaming)
     if starting.kind == "earliest":
-        return bounds.first_seq - 1
+        return Start(bounds.first_seq - 1, {})
     if starting.kind == "latest":
-        return bounds.last_seq
+        return Start(bounds.last_seq, {})
     if starting.kind == "sequence":
-        return starting.sequence - 1
+        return Start(starting.sequence - 1, {})
     assert opts.sidecar is not None and opts.subscription is not None  # checked by parse_options
     client = SidecarClient.for_options(opts)
     try:
-        mark_delete = client.mark_delete(opts.stream, opts.subscription)
+        mark_delete, progress = client.subscription(opts.stream, opts.subscription)
     finally:
         client.close()
     log.info(
@@ -97,8 +124,9 @@ def starting_sequence(opts: RsubOptions, streaming: bool, bounds: StreamBounds) 
         read_stream=opts.read_stream,
         subscription=opts.subscription,
         mark_delete=mark_delete,
+        progress=progress,
     )
-    return mark_delete
+    return Start(mark_delete, progress)
 
 
 def _checked_schema(opts: RsubOptions, schema: StructType) -> StructType:
@@ -113,7 +141,7 @@ def _checked_schema(opts: RsubOptions, schema: StructType) -> StructType:
 
 def _read_partition(opts: RsubOptions, schema: StructType, partition: Any) -> Iterator[Any]:
     if isinstance(partition, SequenceRange):
-        return read_range_batches(opts, schema, partition.start, partition.end)
+        return read_range_batches(opts, schema, partition)
     return iter(())
 
 
@@ -144,8 +172,11 @@ class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._latest = (now, self._bounds().last_seq)
         return self._latest[1]
 
-    def _offset(self, sequence: int) -> dict[str, Any]:
-        return {"stream": self._opts.read_stream, "sequence": sequence}
+    def _offset(self, sequence: int, progress: Mapping[str, int]) -> dict[str, Any]:
+        offset: dict[str, Any] = {"stream": self._opts.read_stream, "sequence": sequence}
+        if progress:  # sorted: Spark compares offsets as JSON text
+            offset["progress"] = dict(sorted(progress.items()))
+        return offset
 
     def _sequence_of(self, offset: dict[str, Any]) -> int:
         stream = offset.get("stream")
@@ -157,10 +188,14 @@ class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return int(offset["sequence"])
 
+    @staticmethod
+    def _progress_of(offset: dict[str, Any]) -> dict[str, int]:
+        return {str(region): int(seq) for region, seq in (offset.get("progress") or {}).items()}
+
     def initialOffset(self) -> dict[str, Any]:
         # Spark asks twice on a fresh start; "latest" must answer the same both times.
         if self._initial is None:
-            self._initial = self._offset(starting_sequence(self._opts, True, self._bounds()))
+            self._initial = self._offset(*start_of(self._opts, True, self._bounds()))
         return self._initial
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -178,7 +213,7 @@ class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = min(latest, self._available_now_end)
         if isinstance(limit, ReadMaxRows):
             latest = min(latest, begin + limit.max_rows)
-        return self._offset(max(begin, latest))
+        return self._offset(max(begin, latest), self._progress_of(start))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self._opts.max_offsets_per_trigger is None:
@@ -186,13 +221,15 @@ class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self._opts.max_offsets_per_trigger)
 
     def reportLatestOffset(self) -> dict[str, Any]:
-        return self._offset(self._last_seq())
+        return self._offset(self._last_seq(), {})
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_end = self._last_seq(fresh=True)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SequenceRange]:
-        return split_range(self._opts, self._sequence_of(start), self._sequence_of(end))
+        return split_range(
+            self._opts, self._sequence_of(start), self._sequence_of(end), self._progress_of(start)
+        )
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_partition(self._opts, self._schema, partition)
@@ -215,11 +252,11 @@ class RsubBatchReader(DataSourceReader):
             bounds = session.run(lambda nc: stream_bounds(nc, opts))
         finally:
             session.close()
-        start = starting_sequence(opts, False, bounds)
+        start = start_of(opts, False, bounds)
         end = bounds.last_seq
         if opts.ending.kind == "sequence":
             end = min(end, opts.ending.sequence)
-        return split_range(opts, start, end)
+        return split_range(opts, start.after, end, start.progress)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_partition(self._opts, self._schema, partition)

@@ -59,7 +59,7 @@ async def covered_in(
         while True:
             mark = 0
             with contextlib.suppress(SidecarError):
-                mark = await asyncio.to_thread(client.mark_delete, STREAM, "billing")
+                mark, _ = await asyncio.to_thread(client.subscription, STREAM, "billing")
             covered = 0
             if mark:
                 info = await js.stream_info(

@@ -93,10 +93,10 @@ def test_region_or_read_stream_is_required() -> None:
 
 def test_split_range_covers_the_range_exactly() -> None:
     opts = parse_options({**BASE, "maxRecordsPerPartition": "30", "minPartitions": "2"})
-    parts = split_range(opts, 10, 110)
+    parts = split_range(opts, 10, 110, {})
     assert [(p.start, p.end) for p in parts] == [(10, 35), (35, 60), (60, 85), (85, 110)]
-    assert split_range(opts, 10, 10) == []
-    assert [(p.start, p.end) for p in split_range(opts, 10, 11)] == [(10, 11)]
+    assert split_range(opts, 10, 10, {}) == []
+    assert [(p.start, p.end) for p in split_range(opts, 10, 11, {})] == [(10, 11)]
 
 
 def test_published_at_header_formats() -> None:

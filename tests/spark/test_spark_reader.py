@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import pickle
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from sidecar._gen.rsub.v1 import api_pb2
 from sidecar.naming import VirtualStream
 from spark_jobs.rsub_spark.nats_read import (
     NatsSession,
@@ -30,6 +32,7 @@ from spark_jobs.rsub_spark.source import (
     SequenceRange,
     read_range_batches,
 )
+from tests.support.api_fakes import StateServer
 from tests.support.spark_helpers import (
     Layout,
     NatsServer,
@@ -46,7 +49,7 @@ pytestmark = pytest.mark.integration
 def read_rows(opts: dict[str, str], start: int, end: int) -> list[dict[str, Any]]:
     parsed = parse_options(opts)
     schema = spark_schema(parsed.include_headers)
-    batches = list(read_range_batches(parsed, schema, start, end))
+    batches = list(read_range_batches(parsed, schema, SequenceRange(start, end, {})))
     return pa.Table.from_batches(batches).to_pylist() if batches else []
 
 
@@ -315,10 +318,54 @@ def test_subscription_start_asks_the_sidecar(
         ).initialOffset()
 
 
+def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_offsets(
+    orders_layout: Layout,
+) -> None:
+    name, last = orders_layout.vstream.name, orders_layout.stored[-1][0]
+    position = orders_layout.data_between(0, last)[39][0]  # the 40th data message
+    every = read_rows(orders_layout.options(), position, last)
+    # Each origin's vector covers half of its messages above the position.
+    progress = {}
+    for region in ("west", "east"):
+        above = [r["origin_sequence"] for r in every if r["origin_region"] == region]
+        progress[region] = above[len(above) // 2]
+    state = api_pb2.SubscriptionState(
+        stream=name, subscription="billing", mark_delete=position, progress=progress
+    )
+    sidecar = StateServer([state])
+    options = orders_layout.options(subscription="billing", sidecar=sidecar.address)
+    reader = stream_reader(orders_layout, **options)
+    try:
+        vector = dict(sorted(progress.items()))
+        start = reader.initialOffset()
+        assert start == {
+            "stream": orders_layout.read_stream,
+            "sequence": position,
+            "progress": vector,
+        }
+        start = json.loads(json.dumps(start))  # as the checkpoint gives it back
+        end = reader.latestOffset(start, ReadAllAvailable())
+        # Spark compares offsets as JSON text: the vector's keys keep their order.
+        assert json.dumps(end) == json.dumps({**start, "sequence": last})
+        rows = [
+            r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()
+        ]
+        batch_source = RsubDataSource(options)
+        batch = batch_source.reader(batch_source.schema())
+        parts = batch.partitions()
+        assert parts[0].start == position
+        assert rows == [r for p in parts for b in batch.read(p) for r in b.to_pylist()]
+    finally:
+        reader.stop()
+        sidecar.stop()
+    kept = [r for r in every if r["origin_sequence"] > progress[r["origin_region"]]]
+    assert rows == kept and 0 < len(kept) < len(every)
+
+
 def test_empty_partition_of_a_batch_read_yields_nothing(orders_layout: Layout) -> None:
     source = RsubDataSource(orders_layout.options())
     reader = source.reader(source.schema())
-    assert list(reader.read(SequenceRange(5, 5))) == []
+    assert list(reader.read(SequenceRange(5, 5, {}))) == []
     # A range past the stream's end means the stream was replaced: sequences would not match.
     with pytest.raises(RsubDataLossError, match="ends at sequence"):
-        list(reader.read(SequenceRange(10_000, 10_010)))
+        list(reader.read(SequenceRange(10_000, 10_010, {})))

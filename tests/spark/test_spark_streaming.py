@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
+from sidecar._gen.rsub.v1 import api_pb2
 from spark_jobs import orders_totals, rsub_spark
+from tests.support.api_fakes import StateServer
 from tests.support.spark_helpers import (
     Layout,
     NatsServer,
@@ -76,7 +79,10 @@ class Collector:
 
 
 def run_available_now(
-    spark: SparkSession, options: dict[str, str], checkpoint: Path, sink: Collector
+    spark: SparkSession,
+    options: dict[str, str],
+    checkpoint: Path,
+    sink: Callable[[DataFrame, int], None],
 ) -> Any:
     query = (
         spark.readStream.format("rsub")
@@ -181,6 +187,32 @@ def test_fresh_query_starts_after_the_subscription_position(
     rows = [r for b in sorted(sink.batches) for r in sink.batches[b]]
     assert rows == layout.data_between(position, layout.stored[-1][0])
     assert len(rows) == 18
+
+
+def test_subscription_start_drops_covered_rows_also_after_a_restart(
+    spark: SparkSession, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    layout = fresh_layout(nats_server, "exact", 40)  # west origin sequences 1..20
+    # West 1..25 and east 1..8 were consumed elsewhere; west 21..25 reach this region later.
+    progress = {"west": 25, "east": 8}
+    state = api_pb2.SubscriptionState(stream="exact", subscription="billing", progress=progress)
+    sidecar = StateServer([state])
+    options = options_of(layout, subscription="billing", sidecar=sidecar.address)
+    origins: list[tuple[str, int]] = []
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        origins.extend((r.origin_region, r.origin_sequence) for r in df.collect())
+
+    try:
+        run_available_now(spark, options, tmp_path / "checkpoint", sink)
+        publish_more(layout, 20)  # west 21..30
+        # The restart reads no subscription: the vector comes back with the checkpoint.
+        run_available_now(spark, options, tmp_path / "checkpoint", sink)
+    finally:
+        sidecar.stop()
+    published = [(p.region, p.origin_sequence) for p in layout.published]
+    assert sorted(origins) == sorted(o for o in published if o[1] > progress[o[0]])
+    assert [o for o in origins if o[0] == "west"] == [("west", s) for s in range(26, 31)]
 
 
 def test_orders_totals_are_exact_under_redelivery(

@@ -1,8 +1,12 @@
-"""Test helpers for the API layer: an in-memory backend and throwaway certificates.
+"""Test helpers for the API layer: an in-memory backend, a fixed-state server, certificates.
 
 `MemoryBackend` implements `SidecarBackend` with plain dictionaries. It stands in for the
 runtime because these tests check the API layer alone (validation, status codes, auth, TLS,
 health, conversions); end-to-end tests with NATS live with the runtime.
+
+`StateServer` is a real gRPC server answering `GetSubscription` with `SubscriptionState`
+messages given as they go on the wire, for clients of fields the backend views do not carry
+(the progress vector read by the exact client and the Spark source).
 """
 
 from __future__ import annotations
@@ -10,10 +14,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import subprocess
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import grpc
+
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.backend import (
     AppliedUpdateView,
     Readiness,
@@ -172,6 +181,34 @@ class MemoryBackend:
     ) -> SubscriptionView:
         view = self._subscription(stream, subscription)
         return await self._store(dataclasses.replace(view, replicated=replicated))
+
+
+class _FixedStates(api_pb2_grpc.CursorServiceServicer):  # type: ignore[misc]
+    def __init__(self, states: dict[tuple[str, str], api_pb2.SubscriptionState]) -> None:
+        self._states = states
+
+    def GetSubscription(self, request: Any, context: grpc.ServicerContext) -> Any:
+        state = self._states.get((request.stream, request.subscription))
+        if state is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {request.subscription!r}")
+        return state
+
+
+class StateServer:
+    """A real gRPC server (plain, on its own threads) whose CursorService answers
+    GetSubscription with `states`, NOT_FOUND for others; every other call is UNIMPLEMENTED."""
+
+    def __init__(self, states: Iterable[api_pb2.SubscriptionState]) -> None:
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        api_pb2_grpc.add_CursorServiceServicer_to_server(
+            _FixedStates({(s.stream, s.subscription): s for s in states}), self._server
+        )
+        port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+        self.address = f"127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self._server.stop(0).wait()
 
 
 @dataclass(frozen=True)

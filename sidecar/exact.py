@@ -1,0 +1,130 @@
+"""Zero duplicates after a failover, for consumers that cooperate (DESIGN §7).
+
+After a failover to region `b`, the sidecar of `b` has moved a replicated durable to `P_b`:
+every data message at or below `P_b` was consumed in some region. Messages consumed elsewhere
+that reached `b`'s read stream later lie above `P_b` and are delivered again. The
+subscription's progress vector (`GetSubscription` -> `SubscriptionState.progress`, origin
+region -> highest origin sequence consumed) names them exactly: a message whose
+`Nats-Stream-Source` says origin `o`, sequence `s` is *covered* when `s <= progress[o]`, and a
+covered message was consumed somewhere. `ExactConsumer` acks and drops covered messages and
+hands over the rest, so each message is consumed once.
+
+Read the vector ONCE, when the consumer starts in `b` after the failover, and keep it:
+- it stays right: covered means consumed somewhere, which never stops being true, so a
+  vector kept for as long as the consumer runs never skips a message that needs consuming;
+- it is enough: the duplicates are what the lost region consumed before it was lost, and
+  the vector `b` holds then is the last word from that region. What `b` consumes afterwards
+  is no vector's business: the durable's own acks keep it from being delivered again.
+
+Limits: a consumer deliberately reset backwards to replay messages would still skip the
+covered ones (start without the vector to replay); messages without a known origin (no
+`Nats-Stream-Source`, or one naming a stream that is not a write stream of the virtual
+stream) are never skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+import grpc
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js.client import JetStreamContext
+
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.client import TlsOptionNames, call_metadata, open_channel
+from sidecar.naming import SOURCE_HEADER, VirtualStream
+
+# nats-py rejects fetches shorter than about this (its server-side expiry would go negative).
+_MIN_FETCH_S = 0.01
+
+
+def covered(origin: tuple[str, int] | None, progress: Mapping[str, int]) -> bool:
+    """Whether the message at `origin` (region, origin sequence) was consumed somewhere.
+
+    `origin` is None for a message of unknown origin, which is never covered.
+    """
+    return origin is not None and origin[1] <= progress.get(origin[0], 0)
+
+
+async def progress_of(
+    sidecar: str | grpc.Channel,
+    stream: str,
+    subscription: str,
+    *,
+    token: str | None = None,
+    timeout_s: float = 10.0,
+) -> dict[str, int]:
+    """The progress vector of `subscription` on virtual stream `stream`, from a sidecar.
+
+    `sidecar` is an address (`host:port`, plain gRPC) or a channel made with
+    `sidecar.api.client.open_channel` (for TLS). Errors are the call's `grpc.RpcError`
+    (NOT_FOUND for an unknown subscription).
+    """
+    channel = (
+        open_channel(sidecar, TlsOptionNames("ca", "cert", "key"))
+        if isinstance(sidecar, str)
+        else sidecar
+    )
+    request = api_pb2.GetSubscriptionRequest(stream=stream, subscription=subscription)
+    try:
+        stub = api_pb2_grpc.CursorServiceStub(channel)
+        state = await asyncio.to_thread(
+            stub.GetSubscription, request, timeout=timeout_s, metadata=call_metadata(token)
+        )
+    finally:
+        if isinstance(sidecar, str):
+            channel.close()
+    return dict(state.progress)
+
+
+class ExactConsumer:
+    """A pull subscription on a replicated durable that skips (and acks) covered messages.
+
+    `progress` is the subscription's vector read once at start (see the module docstring);
+    `vs` maps write streams to regions. `skipped` counts the messages acked and dropped.
+    """
+
+    def __init__(
+        self,
+        sub: JetStreamContext.PullSubscription,
+        progress: Mapping[str, int],
+        vs: VirtualStream,
+    ) -> None:
+        self._sub = sub
+        self._progress = dict(progress)
+        self._vs = vs
+        self.skipped = 0
+
+    def covers(self, msg: Msg) -> bool:
+        """Whether `msg` was consumed somewhere according to the vector."""
+        source = (msg.headers or {}).get(SOURCE_HEADER)
+        return covered(self._vs.origin_of(source) if source else None, self._progress)
+
+    async def fetch(
+        self,
+        batch: int = 1,
+        timeout: float = 5.0,  # noqa: ASYNC109 (PullSubscription.fetch's; pulls expire in the server)
+    ) -> list[Msg]:
+        """Up to `batch` uncovered messages, like `PullSubscription.fetch`; ack them yourself.
+
+        Covered messages fetched meanwhile are acked and dropped. Fetches again while all
+        were covered; raises `nats.errors.TimeoutError` when no uncovered message came
+        within `timeout` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left < _MIN_FETCH_S:
+                raise nats.errors.TimeoutError
+            kept = []
+            for msg in await self._sub.fetch(batch, left):
+                if self.covers(msg):
+                    await msg.ack()
+                    self.skipped += 1
+                else:
+                    kept.append(msg)
+            if kept:
+                return kept
