@@ -226,6 +226,14 @@ class SnapshotConfig:
 
 
 @dataclass(frozen=True)
+class ProgressConfig:
+    """Progress vectors (DESIGN §7): the read stream's origins are indexed, vectors are sent
+    with updates and applied. Off, rsub is PIP-33 only (for comparison, or to save the index)."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class LeaseConfig:
     bucket: str = field(default="rsub-leases", metadata=_meta(_bucket))
     ttl_s: float = field(default=10.0, metadata=_meta(_positive))
@@ -280,6 +288,7 @@ class Config:
         default_factory=lambda: types.MappingProxyType({}), metadata=_meta(_cluster_names)
     )
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
     http: HttpConfig = field(default_factory=HttpConfig)

@@ -52,6 +52,7 @@ def machine_config(config: Config, vs: VirtualStream) -> MachineConfig:
         interval_ms=config.snapshot.interval_ms,
         timeout_ms=int(config.snapshot.timeout_s * 1000),
         cache_size=config.snapshot.cache_size,
+        progress=config.progress.enabled,
     )
 
 

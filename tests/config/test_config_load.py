@@ -50,6 +50,7 @@ def test_defaults() -> None:
     assert config.cluster_for("east") == "east"
     assert (config.snapshot.interval_ms, config.snapshot.timeout_s) == (1000, 30.0)
     assert config.snapshot.cache_size == 30
+    assert config.progress.enabled
     assert (config.lease.bucket, config.lease.ttl_s) == ("rsub-leases", 10.0)
     assert config.grpc.listen == "127.0.0.1:7070" and config.grpc.auth_token is None
     assert not config.grpc.tls.enabled
@@ -231,6 +232,7 @@ def test_env_overrides_are_typed() -> None:
         "RSUB_NATS__PASSWORD": "s3cret",
         "RSUB_NATS__CONNECT_TIMEOUT_S": "2.5",
         "RSUB_SNAPSHOT__INTERVAL_MS": "500",
+        "RSUB_PROGRESS__ENABLED": "false",
         "RSUB_STREAMS": "[{name: orders}, {name: pay, replicas: 3}]",
         "RSUB_CLUSTER_FOR_REGION": "{east: c-east}",
         "RSUB_LOG__FORMAT": "json",
@@ -243,6 +245,7 @@ def test_env_overrides_are_typed() -> None:
     assert config.nats.password == Secret("s3cret")
     assert config.nats.connect_timeout_s == 2.5
     assert config.snapshot.interval_ms == 500
+    assert not config.progress.enabled
     assert [(s.name, s.replicas) for s in config.streams] == [("orders", 1), ("pay", 3)]
     assert config.cluster_for("east") == "c-east"
     assert config.log.format == "json"
