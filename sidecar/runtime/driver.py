@@ -127,12 +127,21 @@ class StreamDriver:
 
     def positions_input(self, positions: Mapping[str, int]) -> Input:
         """The machine's input for positions just read: the subscriptions, then positions."""
-        infos, last_seq = self.subscriptions.infos(), self.subscriptions.last_seq
+        subscriptions = self.subscriptions
+        infos, last_seq, read_created = (
+            subscriptions.infos(),
+            subscriptions.last_seq,
+            subscriptions.read_created,
+        )
 
         def apply(machine: StreamMachine) -> list[Output]:
-            return machine.subscriptions_changed(infos) + machine.positions_read(
-                positions, last_seq
-            )
+            # A read that began before this sidecar created a subscription lacks it: the
+            # machine would take it for deleted and forget what it holds for it (progress
+            # received, updates sent). The next read has it.
+            out = []
+            if subscriptions.created == read_created:
+                out = machine.subscriptions_changed(infos)
+            return out + machine.positions_read(positions, last_seq)
 
         return apply
 
