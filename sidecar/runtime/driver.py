@@ -95,6 +95,7 @@ class StreamDriver:
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
         self._tail_seq = 0
         self._data_seq = 0
+        self._data = _Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
         self._stopping = False
 
     # ---- inputs ---------------------------------------------------------------------------
@@ -215,19 +216,20 @@ class StreamDriver:
         async with contextlib.aclosing(tail):
             async for stored in tail:
                 self._tail_seq = stored.seq
+                # The data read so far goes first: an update is applied with the index as
+                # far as the data tail got (a lagging index only places it less far).
+                self._data.flush()
                 self.post(_marker_input(stored.seq, self._decode(stored)))
 
     async def index(self) -> None:
         """Follow the origins of the read stream's data messages live, from where the replay
         ended, and hand them to the machine in batches (never one job per message)."""
-        batches = _Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
         try:
-            tail = partial(self._tail_origins, batches)
-            await self._follow("origin", tail, lambda: self._data_seq)
+            await self._follow("origin", self._tail_origins, lambda: self._data_seq)
         finally:
-            batches.cancel()
+            self._data.cancel()
 
-    async def _tail_origins(self, batches: _Batches) -> None:
+    async def _tail_origins(self) -> None:
         # Safety rests on what reaches the machine, not on how fast: the entries come in
         # read-stream order, one per data message (the filter is `vs.data_filter()`, so no
         # marker), none skipped (each tail starts right after the last entry taken, and the
@@ -241,7 +243,7 @@ class StreamDriver:
         async with contextlib.aclosing(tail):
             async for entry in tail:
                 self._data_read(entry)
-                batches.add(entry)
+                self._data.add(entry)
 
     def _post_data(self, entries: list[DataEntry]) -> None:
         self.post(partial(StreamMachine.data_indexed, entries=entries))
