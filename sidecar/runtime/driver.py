@@ -20,8 +20,9 @@ Memory of a backlog: while `rebuild` runs, each stored data message costs 18 byt
 consecutive messages from one origin, so at most 24 bytes per message (origins alternating
 message by message) and far less for bursts; it drops the runs below the lowest replicated
 mark-delete in chunks (at least 1024 runs and a quarter of an origin's runs at a time), so
-what stays is about 24 bytes per message not yet consumed by every replicated subscription
-at worst, a third more while a chunk waits (`rsub_origin_index_bytes` shows it).
+what stays is at worst 24 bytes per message not yet consumed by every replicated
+subscription, plus per origin what waits for its next chunk (under 1024 runs, or up to a
+third more); `rsub_origin_index_bytes` shows it.
 """
 
 from __future__ import annotations
