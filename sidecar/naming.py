@@ -123,13 +123,14 @@ class VirtualStream:
 
         `source_header` is the value of the `Nats-Stream-Source` header. On nats-server 2.10+
         it reads `<origin stream> <origin seq> <filters> <destinations> <original subject>
-        [<identity>]`, filters and destinations joined by form feeds. Returns None when the
-        header does not come from one of this virtual stream's write streams.
+        [<identity>]`, filters and destinations joined by form feeds; the origin stream may
+        carry a `:<hash>` suffix (a source in another domain). Returns None when the header
+        does not come from one of this virtual stream's write streams.
         """
         fields = source_header.split(" ")
         if len(fields) < 2:
             return None
-        region = self.region_of_write_stream(fields[0])
+        region = self.region_of_write_stream(fields[0].split(":", 1)[0])
         if region is None or not fields[1].isdigit():
             return None
         seq = int(fields[1])

@@ -47,6 +47,16 @@ class SubscriptionView:
     last_update_sent_unix_ms: int | None
     applied: tuple[AppliedUpdateView, ...]
     cached_snapshots: int
+    progress: Mapping[str, int]
+    """Progress received (DESIGN §7), the merge of every vector received for it: origin region
+    -> highest origin sequence consumed somewhere. Empty when none came."""
+    failover_exposure: int | None
+    """Data messages above `mark_delete` that `progress` covers: what a consumer here would
+    receive again if the region it is consumed in were lost now (None: no progress)."""
+    progress_sent: Mapping[str, int]
+    """The progress vector this region sent last (empty when none)."""
+    progress_sent_position: int
+    """The mark-delete here that `progress_sent` was read at (0 when none)."""
 
 
 @dataclass(frozen=True)

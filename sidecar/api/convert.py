@@ -1,8 +1,8 @@
 """Conversions between the backend views and the protobuf messages of api.proto.
 
 The server converts views to messages; the CLI converts the messages it receives back to
-views, so both ends share one schema. On the wire, a missing time is 0 and a missing age is
--1 (as api.proto documents); in views both are `None`.
+views, so both ends share one schema. On the wire, a missing time is 0 and a missing age or
+count is -1 (as api.proto documents); in views all are `None`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sidecar.protocol import SubscriptionKind
 
 _NO_TIME = 0
 _NO_AGE = -1
+_NO_COUNT = -1
 
 
 def _to_wire(value: int | None, missing: int) -> int:
@@ -51,6 +52,10 @@ def subscription_to_proto(view: SubscriptionView) -> api_pb2.SubscriptionState:
             for a in view.applied
         ],
         cached_snapshots=view.cached_snapshots,
+        progress=dict(view.progress),
+        failover_exposure=_to_wire(view.failover_exposure, _NO_COUNT),
+        progress_sent=dict(view.progress_sent),
+        progress_sent_position=view.progress_sent_position,
     )
 
 
@@ -75,6 +80,10 @@ def subscription_from_proto(msg: api_pb2.SubscriptionState) -> SubscriptionView:
             for a in msg.applied
         ),
         cached_snapshots=msg.cached_snapshots,
+        progress=dict(sorted(msg.progress.items())),
+        failover_exposure=_from_wire(msg.failover_exposure, _NO_COUNT),
+        progress_sent=dict(sorted(msg.progress_sent.items())),
+        progress_sent_position=msg.progress_sent_position,
     )
 
 

@@ -97,6 +97,28 @@ class SidecarMetrics:
             registry=r,
         )
         self._replay_gap_series: set[tuple[str, str, str]] = set()
+        self._failover_exposure = Gauge(
+            "rsub_failover_exposure_messages",
+            "Data messages above a subscription's mark-delete here that the progress received "
+            "for it covers: what a consumer here would receive again if the region it is "
+            "consumed in were lost now (absent until progress arrives).",
+            ["stream", "subscription"],
+            registry=r,
+        )
+        self._exposure_series: set[tuple[str, str]] = set()
+        self._origin_index_bytes = Gauge(
+            "rsub_origin_index_bytes",
+            "Memory held by the origin index of the stream's read stream (24 bytes per run).",
+            ["stream"],
+            registry=r,
+        )
+        self._data_unknown_origin = Counter(
+            "rsub_data_unknown_origin_total",
+            "Data messages of the read stream without a usable origin (no Nats-Stream-Source "
+            "header, or one naming a stream of no known region): no progress covers them.",
+            ["stream"],
+            registry=r,
+        )
         self._leader = Gauge("rsub_leader", "1 when this sidecar leads its region.", registry=r)
         self._epoch = Gauge(
             "rsub_leader_epoch", "Leader epoch (lease revision) last seen.", registry=r
@@ -152,6 +174,22 @@ class SidecarMetrics:
         for labels in [k for k in self._replay_gap_series if k[:2] == (stream, subscription)]:
             self._replay_gap.remove(*labels)
             self._replay_gap_series.discard(labels)
+
+    def set_failover_exposure(self, stream: str, subscription: str, messages: int | None) -> None:
+        """`None` (no progress received, or the subscription is gone) removes the series."""
+        labels = (stream, subscription)
+        if messages is not None:
+            self._failover_exposure.labels(*labels).set(messages)
+            self._exposure_series.add(labels)
+        elif labels in self._exposure_series:
+            self._failover_exposure.remove(*labels)
+            self._exposure_series.discard(labels)
+
+    def set_origin_index_bytes(self, stream: str, size: int) -> None:
+        self._origin_index_bytes.labels(stream).set(size)
+
+    def data_unknown_origin(self, stream: str) -> None:
+        self._data_unknown_origin.labels(stream).inc()
 
     def set_leader(self, leader: bool, epoch: int) -> None:
         self._leader.set(int(leader))

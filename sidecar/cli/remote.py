@@ -309,6 +309,7 @@ def _subscriptions_table(views: Sequence[SubscriptionView]) -> str:
             "AT",
             "UPDATE SENT",
             "CACHED",
+            "EXPOSURE",
             "APPLIED FROM",
         ),
         [
@@ -321,6 +322,7 @@ def _subscriptions_table(views: Sequence[SubscriptionView]) -> str:
                 str(v.last_snapshot_local) if v.last_snapshot_id else "-",
                 _time(v.last_update_sent_unix_ms),
                 str(v.cached_snapshots),
+                "-" if v.failover_exposure is None else str(v.failover_exposure),
                 " ".join(f"{a.from_region}@{a.position}" for a in v.applied) or "-",
             )
             for v in views

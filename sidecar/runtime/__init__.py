@@ -22,9 +22,10 @@ One module per role:
   the region's KV bucket, lease), retries with back-off, turns lease changes into
   leadership inputs, stops;
 - `driver`: `StreamDriver`, one per virtual stream `V`: rebuilds `V`'s machine from the
-  markers stored in its read stream (DESIGN §5), tails the markers live, reads positions
-  and ticks every `snapshot.interval_ms`, and feeds all of it to the machine one job at a
-  time, handing each output to the effects (actions) or the observer (events);
+  origins of the data and the markers stored in its read stream (DESIGN §5, §7), tails
+  both live (origins in batches), reads positions and ticks every `snapshot.interval_ms`,
+  and feeds all of it to the machine one job at a time, handing each output to the effects
+  (actions) or the observer (events);
 - `effects`: each action carried out on NATS, only while the lease says this replica leads
   with the machine's epoch;
 - `observer`: events and markers read, as metrics and structured logs;

@@ -245,6 +245,8 @@ class RuntimeBackend:
 
 def _view(driver: StreamDriver, sub: MachineSubscription) -> views.SubscriptionView:
     sent = sub.last_update_sent
+    # An update carries a progress vector, a snapshot, or both (`SentUpdate`).
+    snapshot_id = sent.snapshot_id if sent is not None else None
     return views.SubscriptionView(
         stream=driver.vs.name,
         subscription=sub.name,
@@ -252,7 +254,7 @@ def _view(driver: StreamDriver, sub: MachineSubscription) -> views.SubscriptionV
         replicated=sub.replicated,
         mark_delete=sub.mark_delete or 0,
         mark_delete_read_unix_ms=driver.subscriptions.read_ms,
-        last_snapshot_id=str(sent.snapshot_id) if sent is not None else None,
+        last_snapshot_id=str(snapshot_id) if snapshot_id is not None else None,
         last_snapshot_local=sent.local_position if sent is not None else 0,
         last_update_sent_unix_ms=sent.sent_ms if sent is not None else None,
         applied=tuple(
@@ -260,4 +262,8 @@ def _view(driver: StreamDriver, sub: MachineSubscription) -> views.SubscriptionV
             for a in sub.applied
         ),
         cached_snapshots=sub.cached,
+        progress=dict(sub.progress),
+        failover_exposure=sub.exposure,
+        progress_sent=dict(sent.progress) if sent is not None else {},
+        progress_sent_position=sent.progress_position if sent is not None else 0,
     )

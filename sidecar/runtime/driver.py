@@ -7,17 +7,30 @@ output, in order, to `Effects` (actions: NATS writes) or to `StreamObserver` (ev
 metrics and logs) before it takes the next job. The machine is therefore only ever touched
 by that loop, and an API write that `submit`s a job returns once its outputs are carried out.
 
-- `rebuild`: replay the markers stored in the read stream, read the subscriptions and their
-  positions, and `StreamMachine.restore` a follower from them (DESIGN §5);
+- `rebuild`: replay the origins of the data stored in the read stream, then its markers,
+  read the subscriptions and their positions, and `StreamMachine.restore` a follower from
+  them (DESIGN §5);
 - `tail`: follow the read stream's markers live from where the replay ended;
+- `index`: follow the origins of its data messages live from where the replay ended, handed
+  to the machine in batches (`StreamMachine.data_indexed`, DESIGN §7);
 - `tick`: every `snapshot.interval_ms`, read the positions again and tick the machine.
+
+Memory of a backlog: while `rebuild` runs, each stored data message costs 18 bytes
+(`_Backlog`). Once indexed, the machine's origin index holds 24 bytes per run of
+consecutive messages from one origin, so at most 24 bytes per message (origins alternating
+message by message) and far less for bursts; it drops the runs below the lowest replicated
+mark-delete in chunks (at least 1024 runs and a quarter of an origin's runs at a time), so
+what stays is at worst 24 bytes per message not yet consumed by every replicated
+subscription, plus per origin what waits for its next chunk (under 1024 runs, or up to a
+third more); `rsub_origin_index_bytes` shows it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from array import array
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -27,6 +40,7 @@ from nats.errors import Error as NatsError
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.marker_log import StoredMarker, replay_markers, tail_markers
+from sidecar.nats.origin_log import replay_origins, tail_origins
 from sidecar.protocol import (
     Action,
     MachineConfig,
@@ -37,6 +51,7 @@ from sidecar.protocol import (
     check_writer,
     decode,
 )
+from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime.clock import now_ms
 from sidecar.runtime.effects import Effects
 from sidecar.runtime.handles import RegionHandles
@@ -49,6 +64,9 @@ Input = Callable[[StreamMachine], list[Output]]
 """One input to the machine: calls one (or a few) of its input methods, returns the outputs."""
 
 _TAIL_RETRY_S = 0.5
+# Tailed data origins go to the machine as one job per this many, or per this wait.
+_INDEX_BATCH = 1000
+_INDEX_WAIT_S = 0.1
 
 
 @dataclass
@@ -77,6 +95,8 @@ class StreamDriver:
         self._effects = Effects(vs, handles, self.subscriptions)
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
         self._tail_seq = 0
+        self._data_seq = 0
+        self._data = _Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
         self._stopping = False
 
     # ---- inputs ---------------------------------------------------------------------------
@@ -109,12 +129,21 @@ class StreamDriver:
 
     def positions_input(self, positions: Mapping[str, int]) -> Input:
         """The machine's input for positions just read: the subscriptions, then positions."""
-        infos, last_seq = self.subscriptions.infos(), self.subscriptions.last_seq
+        subscriptions = self.subscriptions
+        infos, last_seq, read_created = (
+            subscriptions.infos(),
+            subscriptions.last_seq,
+            subscriptions.read_created,
+        )
 
         def apply(machine: StreamMachine) -> list[Output]:
-            return machine.subscriptions_changed(infos) + machine.positions_read(
-                positions, last_seq
-            )
+            # A read that began before this sidecar created a subscription lacks it: the
+            # machine would take it for deleted and forget what it holds for it (progress
+            # received, updates sent). The next read has it.
+            out = []
+            if subscriptions.created == read_created:
+                out = machine.subscriptions_changed(infos)
+            return out + machine.positions_read(positions, last_seq)
 
         return apply
 
@@ -122,6 +151,12 @@ class StreamDriver:
 
     async def rebuild(self) -> None:
         js, vs, region = self._handles.conn.js, self.vs, self._handles.region
+        # Data first, from the stream's first message: markers replayed after it then find
+        # the index as far as the stream went when they were read, or further.
+        backlog = _Backlog()
+        async for entry in replay_origins(js, vs, region):
+            self._data_read(entry)
+            backlog.add(entry)
         markers: list[tuple[int, Marker]] = []
         async for stored in replay_markers(js, vs.read_stream(region), vs.marker_filter()):
             decoded = self._decode(stored)
@@ -138,10 +173,12 @@ class StreamDriver:
             positions,
             self.subscriptions.last_seq,
             now_ms(),
+            data=backlog.entries(),
         )
         log.info(
             "stream_rebuilt",
             stream=vs.name,
+            data=len(backlog),
             markers=len(markers),
             snapshots=len(self.machine.completed_snapshots()),
             subscriptions=len(self.machine.subscriptions()),
@@ -169,22 +206,65 @@ class StreamDriver:
                 self.changed.notify_all()
 
     async def tail(self) -> None:
+        """Follow the read stream's markers live, from where the replay ended."""
+        await self._follow("marker", self._tail_markers, lambda: self._tail_seq)
+
+    async def _tail_markers(self) -> None:
         vs, region = self.vs, self._handles.region
+        tail = tail_markers(
+            self._handles.conn.js, vs.read_stream(region), vs.marker_filter(), self._tail_seq + 1
+        )
+        async with contextlib.aclosing(tail):
+            async for stored in tail:
+                self._tail_seq = stored.seq
+                # The data read so far goes first: an update is applied with the index as
+                # far as the data tail got (a lagging index only places it less far).
+                self._data.flush()
+                self.post(_marker_input(stored.seq, self._decode(stored)))
+
+    async def index(self) -> None:
+        """Follow the origins of the read stream's data messages live, from where the replay
+        ended, and hand them to the machine in batches (never one job per message)."""
+        try:
+            await self._follow("origin", self._tail_origins, lambda: self._data_seq)
+        finally:
+            self._data.cancel()
+
+    async def _tail_origins(self) -> None:
+        # Safety rests on what reaches the machine, not on how fast: the entries come in
+        # read-stream order, one per data message (the filter is `vs.data_filter()`, so no
+        # marker), none skipped (each tail starts right after the last entry taken, and the
+        # ordered consumer recreates itself after the last message it delivered). An index
+        # lagging behind the stream is safe: `vector_at(M)` only names messages it holds at
+        # or below M (whatever it lacks makes the vector smaller, never larger), and
+        # `position_for` never goes past `indexed_through`, the last entry it was given.
+        tail = tail_origins(
+            self._handles.conn.js, self.vs, self._handles.region, self._data_seq + 1
+        )
+        async with contextlib.aclosing(tail):
+            async for entry in tail:
+                self._data_read(entry)
+                self._data.add(entry)
+
+    def _post_data(self, entries: list[DataEntry]) -> None:
+        self.post(partial(StreamMachine.data_indexed, entries=entries))
+
+    def _data_read(self, entry: DataEntry) -> None:
+        self._data_seq = entry.read_seq
+        if entry.origin == UNKNOWN_ORIGIN:
+            self.observer.unknown_origin(entry.read_seq)
+
+    async def _follow(
+        self, what: str, run: Callable[[], Awaitable[None]], last_seq: Callable[[], int]
+    ) -> None:
+        """Run one tail (`run`) after another until stopped: each starts after the last
+        message the one before it took (`last_seq`), once it ended or failed."""
         while not self._stopping:
             try:
-                tail = tail_markers(
-                    self._handles.conn.js,
-                    vs.read_stream(region),
-                    vs.marker_filter(),
-                    self._tail_seq + 1,
-                )
-                async with contextlib.aclosing(tail):
-                    async for stored in tail:
-                        self._tail_seq = stored.seq
-                        self.post(_marker_input(stored.seq, self._decode(stored)))
-                log.warning("marker_tail_ended", stream=vs.name, last_seq=self._tail_seq)
+                await run()
+                log.warning(f"{what}_tail_ended", stream=self.vs.name, last_seq=last_seq())
             except (TimeoutError, NatsError, OSError) as err:
-                log.warning("marker_tail_failed", stream=vs.name, error=repr(err))
+                log.warning(f"{what}_tail_failed", stream=self.vs.name, error=repr(err))
             await asyncio.sleep(_TAIL_RETRY_S)
 
     async def tick(self) -> None:
@@ -221,3 +301,67 @@ def _marker_input(seq: int, decoded: Marker | Rejected) -> Input:
         return out + machine.marker_rejected(seq, decoded)
 
     return apply
+
+
+class _Backlog:
+    """The data entries replayed by `rebuild`, held until `restore` indexes them: in typed
+    columns (18 bytes an entry) rather than a list of `DataEntry` (about 120 bytes each)."""
+
+    def __init__(self) -> None:
+        self._reads = array("q")
+        self._origin_seqs = array("q")
+        self._origins = array("H")
+        self._names: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._reads)
+
+    def add(self, entry: DataEntry) -> None:
+        origin = self._ids.get(entry.origin)
+        if origin is None:
+            origin = self._ids[entry.origin] = len(self._names)
+            self._names.append(entry.origin)
+        self._reads.append(entry.read_seq)
+        self._origin_seqs.append(entry.origin_seq)
+        self._origins.append(origin)
+
+    def entries(self) -> Iterator[DataEntry]:
+        names = self._names
+        for read_seq, origin, origin_seq in zip(
+            self._reads, self._origins, self._origin_seqs, strict=True
+        ):
+            yield DataEntry(read_seq, names[origin], origin_seq)
+
+
+class _Batches:
+    """Entries handed on together: `size` of them, or what came within `wait_s` of the
+    first one, whichever is first."""
+
+    def __init__(
+        self, hand_on: Callable[[list[DataEntry]], None], size: int, wait_s: float
+    ) -> None:
+        self._hand_on = hand_on
+        self._size = size
+        self._wait_s = wait_s
+        self._entries: list[DataEntry] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, entry: DataEntry) -> None:
+        self._entries.append(entry)
+        if len(self._entries) >= self._size:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._wait_s, self.flush)
+
+    def flush(self) -> None:
+        self.cancel()
+        if self._entries:
+            entries, self._entries = self._entries, []
+            self._hand_on(entries)
+
+    def cancel(self) -> None:
+        """Stop the timer (what was collected stays until the next `flush`)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -95,6 +95,7 @@ class Effects:
                 created = await consumers.create_consumer(
                     conn.nc, read_stream, sub, origin, ack_floor
                 )
+                self._subscriptions.created += 1
                 if not created:
                     await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
             case (
@@ -103,6 +104,7 @@ class Effects:
             ):
                 # `advance` creates an absent cursor and never moves one backwards.
                 value = await self._handles.cursors().advance(vs.name, sub, ack_floor)
+                self._subscriptions.created += 1
                 self._subscriptions.cursor_stored(sub, value)
             case _:
                 assert_never(action)

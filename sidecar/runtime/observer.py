@@ -1,8 +1,9 @@
 """`StreamObserver`: what one virtual stream's machine reports, as metrics and structured logs.
 
 Nothing here changes the protocol's course: the driver hands it every marker read (decoded
-or rejected) and every event the machine returns, and the state after each step (for the
-replay-gap gauges). A recurring warning (a rejected marker, a stale epoch) is logged as a
+or rejected), every data message read without a usable origin, every event the machine
+returns, and the state after each step (for the replay-gap, exposure and index gauges). A
+recurring warning (a rejected marker, a stale epoch, data of unknown origin) is logged as a
 warning the first time per cause and at debug level after that, so a region replaying
 junk cannot flood the log; the counters count every occurrence.
 """
@@ -23,6 +24,7 @@ from sidecar.protocol import (
     MarkerRejected,
     Rejected,
     SnapshotCompleted,
+    SnapshotId,
     SnapshotStarted,
     SnapshotTimedOut,
     StreamMachine,
@@ -33,6 +35,9 @@ from sidecar.runtime.clock import now_ms
 
 log = structlog.get_logger(__name__)
 
+# Memory of one run of the origin index: three array('q') columns (`origins.OriginIndex`).
+_INDEX_RUN_BYTES = 24
+
 
 class StreamObserver:
     def __init__(self, name: str, metrics: SidecarMetrics) -> None:
@@ -40,6 +45,7 @@ class StreamObserver:
         self._metrics = metrics
         self._reported: set[str] = set()
         self._gap_series: set[str] = set()
+        self._exposure_series: set[str] = set()
         self._last_marker_ms: dict[str, int] = {}
 
     def marker_read(self, seq: int, decoded: Marker | Rejected) -> None:
@@ -57,6 +63,19 @@ class StreamObserver:
             return
         self._last_marker_ms[decoded.region] = now_ms()
         self._metrics.marker_seen(self._name, decoded.region)
+
+    def unknown_origin(self, read_seq: int) -> None:
+        """A data message read (replayed or tailed) without a usable origin: counted, and
+        logged the first time only (data can be plenty; not even a debug line per message)."""
+        self._metrics.data_unknown_origin(self._name)
+        if "unknown_origin" not in self._reported:
+            self._reported.add("unknown_origin")
+            log.warning(
+                "data_unknown_origin",
+                stream=self._name,
+                seq=read_seq,
+                detail="no Nats-Stream-Source header naming a write stream of a known region",
+            )
 
     def last_marker_age_ms(self, origin: str, now: int) -> int | None:
         """How long ago a marker written by `origin` was last read here (None: never)."""
@@ -78,6 +97,13 @@ class StreamObserver:
                 )
             case UpdateSent():
                 metrics.update_sent(name)
+                log.debug(
+                    "update_sent",
+                    stream=name,
+                    subscription=event.subscription,
+                    snapshot_id=_id(event.snapshot_id),
+                    progress=dict(event.progress),
+                )
             case UpdateApplied():
                 metrics.update_applied(name, event.from_region)
                 log.info(
@@ -85,7 +111,9 @@ class StreamObserver:
                     stream=name,
                     subscription=event.subscription,
                     origin=event.from_region,
+                    snapshot_id=_id(event.snapshot_id),
                     position=event.position,
+                    progress=dict(event.progress),
                 )
             case MarkerIgnored(reason=IgnoreReason.STALE_EPOCH):
                 metrics.marker_rejected(name, event.reason.value)
@@ -109,20 +137,30 @@ class StreamObserver:
                 assert_never(event)
 
     def machine_stepped(self, machine: StreamMachine) -> None:
-        """Replay-gap gauges of the replicated subscriptions that sent an update; the series
-        of a subscription that no longer qualifies are dropped, not left at a stale value."""
+        """Replay-gap gauges of the replicated subscriptions that sent an update, exposure
+        gauges of those that received progress, the origin index's size; the series of a
+        subscription that no longer qualifies are dropped, not left at a stale value."""
+        metrics, name = self._metrics, self._name
+        metrics.set_origin_index_bytes(name, machine.origin_index_runs * _INDEX_RUN_BYTES)
         live: set[str] = set()
+        exposed: set[str] = set()
         for sub in machine.subscriptions():
+            if sub.exposure is not None:
+                exposed.add(sub.name)
+                metrics.set_failover_exposure(name, sub.name, sub.exposure)
             sent = sub.last_update_sent
             if not sub.replicated or sent is None or sub.mark_delete is None:
                 continue
             live.add(sub.name)
             gap = max(0, sub.mark_delete - sent.local_position)
             for region in sent.positions:
-                self._metrics.set_replay_gap(self._name, sub.name, region, gap)
+                metrics.set_replay_gap(name, sub.name, region, gap)
         for gone in self._gap_series - live:
-            self._metrics.forget_subscription(self._name, gone)
+            metrics.forget_subscription(name, gone)
+        for gone in self._exposure_series - exposed:
+            metrics.set_failover_exposure(name, gone, None)
         self._gap_series = live
+        self._exposure_series = exposed
 
     def _report_once(self, key: str, event: str, **fields: Any) -> None:
         if key in self._reported:
@@ -130,3 +168,7 @@ class StreamObserver:
         else:
             self._reported.add(key)
             log.warning(event, stream=self._name, **fields)
+
+
+def _id(snapshot_id: SnapshotId | None) -> str | None:
+    return str(snapshot_id) if snapshot_id is not None else None

@@ -33,6 +33,10 @@ class LocalSubscriptions:
         self.last_seq = 0
         """The read stream's last sequence, as read with the durables."""
         self.read_ms: int | None = None
+        self.created = 0
+        """Subscriptions this sidecar created here so far (`Effects` counts them)."""
+        self.read_created = 0
+        """`created` when the last read began: a read that began before a creation lacks it."""
 
     def infos(self) -> dict[str, SubscriptionInfo]:
         """Every local subscription, for the machine's `subscriptions_changed`."""
@@ -40,6 +44,7 @@ class LocalSubscriptions:
 
     async def read(self, nc: Client, store: CursorStore) -> dict[str, int]:
         """Read everything again; the mark-delete positions of the replicated subscriptions."""
+        created = self.created
         read = await self._reader.read(nc)
         self.cursors = await store.load(self._vs.name)
         # `read.last_seq` was read before the scan for trailing markers, as it must be.
@@ -52,6 +57,7 @@ class LocalSubscriptions:
         }
         self.last_seq = read.last_seq
         self.read_ms = now_ms()
+        self.read_created = created
         return {**cursors, **{c.name: c.mark_delete for c in read.consumers if c.replicated}}
 
     def cursor_stored(self, subscription: str, value: int) -> int:

@@ -95,10 +95,12 @@ async def test_subscriptions_table_and_json(
         "UPDATE",
         "SENT",
         "CACHED",
+        "EXPOSURE",
         "APPLIED",
         "FROM",
     ]
     assert lines[1].split()[:5] == ["audit", "durable", "yes", "3", "-"]
+    assert lines[1].split()[-2:] == ["-", "-"]  # no progress received: no exposure
     assert lines[2].split() == [
         "billing",
         "durable",
@@ -108,6 +110,7 @@ async def test_subscriptions_table_and_json(
         "40",
         "2023-11-14T22:13:20.500Z",
         "2",
+        "3",
         "east@17",
     ]
 
@@ -127,6 +130,11 @@ async def test_subscriptions_table_and_json(
         }
     ]
     assert data["subscriptions"][0]["last_update_sent_unix_ms"] is None
+    assert billing["progress"] == {"east": 9}
+    assert billing["failover_exposure"] == 3
+    assert billing["progress_sent"] == {"east": 7, "west": 30}
+    assert billing["progress_sent_position"] == 41
+    assert data["subscriptions"][0]["failover_exposure"] is None
 
 
 async def test_snapshots_table_and_json(

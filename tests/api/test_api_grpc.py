@@ -54,6 +54,9 @@ async def test_get_subscription_returns_backend_view(
     assert convert.subscription_from_proto(reply) == backend.subscriptions[STREAM][SUBSCRIPTION]
     assert reply.kind == "durable"
     assert reply.applied[0].from_region == "east"
+    assert dict(reply.progress) == {"east": 9} and reply.failover_exposure == 3
+    assert dict(reply.progress_sent) == {"east": 7, "west": 30}
+    assert reply.progress_sent_position == 41
 
 
 async def test_list_subscriptions_and_snapshots(
@@ -65,6 +68,9 @@ async def test_list_subscriptions_and_snapshots(
     audit = convert.subscription_from_proto(subs.subscriptions[0])
     assert audit == backend.subscriptions[STREAM]["audit"]
     assert audit.last_snapshot_id is None and audit.last_update_sent_unix_ms is None
+    # No progress received: the exposure travels as -1 and comes back as None.
+    assert subs.subscriptions[0].failover_exposure == -1
+    assert audit.failover_exposure is None and audit.progress == {}
 
     snaps = await cursor.ListSnapshots(api_pb2.ListSnapshotsRequest(stream=STREAM))
     assert [convert.snapshot_from_proto(s) for s in snaps.snapshots] == backend.snapshots[STREAM]

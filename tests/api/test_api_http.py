@@ -119,6 +119,9 @@ def test_every_documented_metric_is_exported(metrics: SidecarMetrics) -> None:
     metrics.marker_rejected("s", "stale_epoch")
     metrics.marker_seen("s", "east")
     metrics.set_replay_gap("s", "billing", "east", 12)
+    metrics.set_failover_exposure("s", "billing", 4)
+    metrics.set_origin_index_bytes("s", 48)
+    metrics.data_unknown_origin("s")
     metrics.set_leader(False, 3)
     metrics.set_nats_connected(False)
     # Names as queried: counters with their _total suffix, histograms by their base name;
@@ -143,6 +146,18 @@ def test_forget_subscription_drops_its_series(metrics: SidecarMetrics) -> None:
             "rsub_subscription_replay_gap_messages",
             (("region", "east"), ("stream", "s"), ("subscription", "audit")),
         ): 1
+    }
+
+
+def test_exposure_without_progress_has_no_series(metrics: SidecarMetrics) -> None:
+    metrics.set_failover_exposure("s", "billing", 4)
+    metrics.set_failover_exposure("s", "audit", 0)
+    metrics.set_failover_exposure("s", "billing", None)
+    metrics.set_failover_exposure("s", "never", None)
+    text = generate_latest(metrics.registry).decode()
+    exposure = {k: v for k, v in samples(text).items() if k[0] == "rsub_failover_exposure_messages"}
+    assert exposure == {
+        ("rsub_failover_exposure_messages", (("stream", "s"), ("subscription", "audit"))): 0
     }
 
 

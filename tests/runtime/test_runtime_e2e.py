@@ -101,8 +101,8 @@ async def test_consumption_continues_in_the_other_region_without_loss(
         await publish(west, "west", payloads[:3])
         consumed_west = await consume(sub_west, 3)
 
-        # The west sidecar snapshots, sees the durable caught up and sends an update; the east
-        # sidecar creates the durable right after the snapshot's position in east.
+        # The west sidecar sends an update (its progress vector at once, a snapshot once one
+        # completes); the east sidecar creates the durable where the update puts it.
         async def created_in_east() -> bool:
             try:
                 await east.consumer_info(f"{STREAM}-read-east", DURABLE)
@@ -128,10 +128,14 @@ async def test_consumption_continues_in_the_other_region_without_loss(
         assert set(everything) == set(payloads)
         assert duplicates <= 3
 
+        # East holds west's progress (m0..m2, write-stream sequences 1..3 at least); whether
+        # a snapshot update also came depends on timing (west's mark-delete falls back below
+        # every later snapshot once m3..m5 are pending there).
         east_view = await sidecars["east"].get_subscription(STREAM, DURABLE)
-        assert [a.from_region for a in east_view.applied] == ["west"]
+        assert east_view.progress["west"] >= 3
+        assert all(a.from_region == "west" for a in east_view.applied)
         west_view = await sidecars["west"].get_subscription(STREAM, DURABLE)
-        assert west_view.last_snapshot_id is not None
+        assert west_view.progress_sent["west"] >= 3
         assert await sidecars["west"].list_snapshots(STREAM)
 
 

@@ -54,6 +54,10 @@ def subscription_view(
         last_update_sent_unix_ms=None,
         applied=(),
         cached_snapshots=0,
+        progress={},
+        failover_exposure=None,
+        progress_sent={},
+        progress_sent_position=0,
     )
 
 
@@ -74,6 +78,10 @@ class MemoryBackend:
                     last_update_sent_unix_ms=1_700_000_000_500,
                     applied=(AppliedUpdateView("east", "snap-3", 17, 1_700_000_000_900),),
                     cached_snapshots=2,
+                    progress={"east": 9},
+                    failover_exposure=3,
+                    progress_sent={"east": 7, "west": 30},
+                    progress_sent_position=41,
                 ),
                 "audit": subscription_view("audit", mark_delete=3),
             }

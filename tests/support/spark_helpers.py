@@ -238,6 +238,10 @@ class CursorBackend:
             last_update_sent_unix_ms=None,
             applied=(),
             cached_snapshots=0,
+            progress={},
+            failover_exposure=None,
+            progress_sent={},
+            progress_sent_position=0,
         )
 
     async def status(self) -> StatusView:

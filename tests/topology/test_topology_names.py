@@ -87,6 +87,11 @@ def test_origin_of_recorded_headers() -> None:
     v = vs()
     assert v.origin_of(HDR_TRANSFORMS) == ("east", 17)
     assert v.origin_of(HDR_FILTER) == ("west", 3)
+    # A source in another domain: the origin stream carries a hash of its API prefix.
+    assert v.origin_of("orders-write-east:Zs0kQ0Ib 5 orders.east.> > orders.east.a x") == (
+        "east",
+        5,
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,216 @@
+"""Data origins read from a real sourced read stream: headers only, data only, unknown ones.
+
+The layout is made by hand on one JetStream server: write streams of `west` and `east` (the
+virtual stream's regions) and of `north` (no region of it), and `west`'s read stream, which
+sources all three and also takes messages published to it directly (`<name>.local.>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+
+import pytest
+import structlog
+from nats.js import JetStreamContext, api
+
+from rsub_dev.sidecars import wait_until
+from sidecar.config import Config
+from sidecar.naming import VirtualStream
+from sidecar.nats import stream_reader
+from sidecar.nats.origin_log import data_entry, replay_origins, tail_origins
+from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
+from sidecar.runtime import Runtime
+from tests.support.runtime_servers import ServerProcess
+
+pytestmark = pytest.mark.integration
+
+PAYLOAD = b"x" * 1000
+WRITERS = ("west", "east", "north")
+
+
+@pytest.fixture
+async def vs(js: JetStreamContext) -> VirtualStream:
+    vs = VirtualStream(f"o{uuid.uuid4().hex[:8]}", ("west", "east"))
+    for writer in WRITERS:
+        await js.add_stream(
+            name=f"{vs.name}-write-{writer}",
+            subjects=[f"{vs.name}.{writer}.>", f"_rsub.{vs.name}.marker.{writer}"],
+            max_consumers=10,
+        )
+    await js.add_stream(
+        name=vs.read_stream("west"),
+        subjects=[f"{vs.name}.local.>", vs.snapshot_subject("west")],
+        sources=[api.StreamSource(name=f"{vs.name}-write-{w}") for w in WRITERS],
+        max_consumers=10,
+    )
+    return vs
+
+
+async def write(js: JetStreamContext, vs: VirtualStream, writer: str, count: int) -> None:
+    for _ in range(count):
+        await js.publish(f"{vs.name}.{writer}.item", PAYLOAD)
+
+
+async def stored_count(js: JetStreamContext, vs: VirtualStream, count: int) -> None:
+    """Wait until `west`'s read stream holds `count` messages (sourcing is asynchronous)."""
+
+    async def holds() -> bool:
+        return (await js.stream_info(vs.read_stream("west"))).state.messages >= count
+
+    await wait_until(holds, f"{count} messages in {vs.read_stream('west')}", 20)
+
+
+async def fill(js: JetStreamContext, vs: VirtualStream) -> None:
+    """3 messages of west, a marker of west, 2 of east, 1 of north, 1 published locally."""
+    await write(js, vs, "west", 3)
+    await js.publish(vs.marker_subject("west"), b"marker")
+    await write(js, vs, "east", 2)
+    await write(js, vs, "north", 1)
+    await write(js, vs, "local", 1)
+    await stored_count(js, vs, 8)
+
+
+def per_origin(entries: list[DataEntry]) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {}
+    for entry in entries:
+        found.setdefault(entry.origin, []).append(entry.origin_seq)
+    return found
+
+
+async def take(entries: AsyncGenerator[DataEntry, None], n: int) -> list[DataEntry]:
+    got: list[DataEntry] = []
+    async with contextlib.aclosing(entries):
+        async for entry in entries:
+            got.append(entry)
+            if len(got) == n:
+                break
+    return got
+
+
+async def test_replay_reads_each_data_message_origin_and_no_marker(
+    js: JetStreamContext, vs: VirtualStream
+) -> None:
+    await fill(js, vs)
+    marker = await js.get_last_msg(vs.read_stream("west"), vs.marker_subject("west"))
+    print("a sourced header:", (marker.headers or {}).get("Nats-Stream-Source"))
+
+    entries = [e async for e in replay_origins(js, vs, "west")]
+    assert [e.read_seq for e in entries] == [seq for seq in range(1, 9) if seq != marker.seq]
+    # Per-origin order kept; north is no region of `vs`, local has no source header.
+    assert per_origin(entries) == {"west": [1, 2, 3], "east": [1, 2], UNKNOWN_ORIGIN: [0, 0]}
+    later = [e async for e in replay_origins(js, vs, "west", entries[-3].read_seq)]
+    assert later == entries[-3:]
+    assert (await js.stream_info(vs.read_stream("west"))).state.consumer_count == 0
+
+
+async def test_the_server_sends_headers_only(js: JetStreamContext, vs: VirtualStream) -> None:
+    await fill(js, vs)
+    read = vs.read_stream("west")
+    replay = stream_reader.replay(js, read, vs.data_filter(), batch=4, headers_only=True)
+    replayed = [m async for m in replay]
+    assert len(replayed) == 7 and all(m.data == b"" for m in replayed)
+    assert {(m.headers or {}).get("Nats-Msg-Size") for m in replayed} == {str(len(PAYLOAD))}
+    full = [m async for m in stream_reader.replay(js, read, vs.data_filter(), batch=4)]
+    assert {m.data for m in full} == {PAYLOAD}
+
+    tailed = stream_reader.tail(js, read, vs.data_filter(), 1, headers_only=True)
+    async with contextlib.aclosing(tailed):
+        msgs = [await anext(tailed) for _ in range(7)]
+    assert all(m.data == b"" and (m.headers or {})["Nats-Msg-Size"] == "1000" for m in msgs)
+
+
+async def test_origin_readers_ask_for_headers_only_on_the_data_filter(
+    js: JetStreamContext, vs: VirtualStream
+) -> None:
+    await fill(js, vs)
+    read = vs.read_stream("west")
+    for reader in (replay_origins(js, vs, "west"), tail_origins(js, vs, "west", 1)):
+        async with contextlib.aclosing(reader):
+            await anext(reader)
+            [consumer] = await js.consumers_info(read)
+        assert consumer.config.headers_only is True
+        assert consumer.config.filter_subject == vs.data_filter()
+
+
+async def test_tail_follows_live_from_the_start_sequence(
+    js: JetStreamContext, vs: VirtualStream
+) -> None:
+    await fill(js, vs)
+    replayed = [e async for e in replay_origins(js, vs, "west")]
+    tail = asyncio.create_task(take(tail_origins(js, vs, "west", replayed[-2].read_seq), 4))
+    await asyncio.sleep(0.2)
+    await write(js, vs, "east", 1)
+    await write(js, vs, "west", 1)
+    got = await asyncio.wait_for(tail, 10)
+    assert got[:2] == replayed[-2:]
+    assert per_origin(got[2:]) == {"east": [3], "west": [5]}  # west's marker took seq 4
+    assert got[2].read_seq > replayed[-1].read_seq and got[3].read_seq > got[2].read_seq
+
+
+def test_headers_without_a_usable_origin() -> None:
+    vs = VirtualStream("orders", ("west", "east"))
+    source = "Nats-Stream-Source"
+    assert data_entry(vs, 7, {source: "orders-write-east 3 orders.east.> > orders.east.a x"}) == (
+        DataEntry(7, "east", 3)
+    )
+    assert data_entry(vs, 8, {source: "orders-write-east:ab12 4 > > orders.east.a"}) == (
+        DataEntry(8, "east", 4)
+    )
+    for headers in (None, {}, {source: "garbled"}, {source: "orders-write-north 3 x"}):
+        assert data_entry(vs, 9, headers) == DataEntry(9, UNKNOWN_ORIGIN, 0)
+
+
+@contextlib.asynccontextmanager
+async def sidecar(server: ServerProcess, vs: VirtualStream) -> AsyncIterator[Runtime]:
+    config = Config.from_mapping(
+        {
+            "region": "west",
+            "regions": list(vs.regions),
+            "nats": {"servers": [server.url]},
+            "streams": [{"name": vs.name}],
+            "snapshot": {"interval_ms": 100},
+            "lease": {"ttl_s": 3},
+            "grpc": {"listen": "127.0.0.1:0"},
+            "http": {"listen": "127.0.0.1:0"},
+        }
+    )
+    runtime = Runtime(config, apply_topology=False, serve=False)
+    try:
+        await runtime.start()
+        await runtime.wait_ready(30)
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+def sample(runtime: Runtime, name: str, stream: str) -> float:
+    value = runtime.metrics.registry.get_sample_value(name, {"stream": stream})
+    return value if value is not None else 0.0
+
+
+async def test_the_sidecar_counts_unknown_origins_and_logs_the_first_only(
+    js_server: ServerProcess, js: JetStreamContext, vs: VirtualStream
+) -> None:
+    await fill(js, vs)
+    with structlog.testing.capture_logs() as events:
+        async with sidecar(js_server, vs) as runtime:
+            # Replayed at the rebuild: north's and the local message.
+            assert sample(runtime, "rsub_data_unknown_origin_total", vs.name) == 2
+            await write(js, vs, "local", 2)
+            await write(js, vs, "west", 1)
+
+            async def tailed() -> bool:
+                return sample(runtime, "rsub_data_unknown_origin_total", vs.name) == 4
+
+            await wait_until(tailed, "the tailed unknown origins to be counted", 20)
+
+            async def indexed() -> bool:
+                # Origins west, east and unknown (north, local): at least one run each.
+                return sample(runtime, "rsub_origin_index_bytes", vs.name) >= 3 * 24
+
+            await wait_until(indexed, "the origin index to be reported", 20)
+    logged = [e for e in events if e["event"] == "data_unknown_origin"]
+    assert len(logged) == 1 and logged[0]["stream"] == vs.name
