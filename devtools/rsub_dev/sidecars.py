@@ -240,9 +240,11 @@ def sidecar_settings(
     http_listen: str = f"{HOST}:0",
     log_level: str = "warning",
     credentials: tuple[str, str] | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """The configuration mapping of `region`'s sidecar on `cluster` (YAML-serialisable);
-    `credentials` are the NATS user and password it connects with."""
+    `credentials` are the NATS user and password it connects with; `progress=False` makes it
+    PIP-33 only."""
     nats: dict[str, Any] = {"servers": cluster.servers(region)}
     if credentials is not None:
         nats["user"], nats["password"] = credentials
@@ -252,6 +254,7 @@ def sidecar_settings(
         "nats": nats,
         "streams": [{"name": name} for name in streams],
         "snapshot": {"interval_ms": interval_ms, "timeout_s": timeout_s},
+        "progress": {"enabled": progress},
         "lease": {"ttl_s": lease_ttl_s},
         "grpc": {"listen": grpc_listen},
         "http": {"listen": http_listen},
@@ -273,8 +276,10 @@ class RegionSidecars:
         lease_ttl_s: float = 3.0,
         serve: bool = True,
         credentials: Mapping[str, tuple[str, str]] | None = None,
+        progress: bool = True,
     ) -> None:
-        """`credentials` maps a region to the NATS user and password of its sidecar."""
+        """`credentials` maps a region to the NATS user and password of its sidecar;
+        `progress=False` runs them PIP-33 only (no progress vectors)."""
         self.cluster = cluster
         self.streams = tuple(streams)
         self.regions = tuple(regions if regions is not None else cluster.regions)
@@ -286,6 +291,7 @@ class RegionSidecars:
         self.lease_ttl_s = lease_ttl_s
         self.serve = serve
         self.credentials = dict(credentials or {})
+        self.progress = progress
         self.runtimes: dict[str, Runtime] = {}
 
     def config(self, region: str) -> Config:
@@ -298,6 +304,7 @@ class RegionSidecars:
                 timeout_s=self.timeout_s,
                 lease_ttl_s=self.lease_ttl_s,
                 credentials=self.credentials.get(region),
+                progress=self.progress,
             )
         )
 

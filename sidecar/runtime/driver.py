@@ -154,9 +154,10 @@ class StreamDriver:
         # Data first, from the stream's first message: markers replayed after it then find
         # the index as far as the stream went when they were read, or further.
         backlog = _Backlog()
-        async for entry in replay_origins(js, vs, region):
-            self._data_read(entry)
-            backlog.add(entry)
+        if self._config.progress:
+            async for entry in replay_origins(js, vs, region):
+                self._data_read(entry)
+                backlog.add(entry)
         markers: list[tuple[int, Marker]] = []
         async for stored in replay_markers(js, vs.read_stream(region), vs.marker_filter()):
             decoded = self._decode(stored)

@@ -222,7 +222,8 @@ class Runtime(RuntimeBackend):
             await self._retry(f"rebuild {name}", driver.rebuild)
             self._spawn(driver.drive(), f"drive-{name}")
             self._spawn(driver.tail(), f"tail-{name}")
-            self._spawn(driver.index(), f"index-{name}")
+            if self.config.progress.enabled:  # off: PIP-33 only, no origin index
+                self._spawn(driver.index(), f"index-{name}")
             self._spawn(driver.tick(), f"tick-{name}")
         self._ready.set()
         log.info("runtime_ready", region=self.region, streams=list(self._drivers))
