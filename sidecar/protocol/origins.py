@@ -109,10 +109,14 @@ class _Runs:
             i -= 1
         return i
 
-    def drop(self, runs: int) -> None:
+    def drop(self, runs: int) -> int:
+        """Drop the first `runs` runs; returns the read sequence of the last message dropped."""
         last = runs - 1
-        self.base = self.origins[last] + self._length(last) - 1
+        length = self._length(last)
+        self.base = self.origins[last] + length - 1
+        end = self.reads[last] + length - 1
         del self.reads[:runs], self.origins[:runs], self.before[:runs]
+        return end
 
 
 class OriginIndex:
@@ -123,7 +127,8 @@ class OriginIndex:
         self.indexed_through = 0
         """Every data message at or below this read sequence has been added."""
         self.trimmed_through = 0
-        """Runs at or below this read sequence may have been dropped."""
+        """The read sequence of the last message dropped by `trim` (0: none): answers about
+        positions at or above it are exact."""
 
     def add(self, entries: Iterable[DataEntry]) -> int:
         """Add data messages in read-stream order; ones at or below `indexed_through` (a replay)
@@ -187,15 +192,13 @@ class OriginIndex:
         return total
 
     def trim(self, position: int) -> None:
-        """Forget messages at or below `position`: the caller will never ask `vector_at` below
-        it, nor `position_for` after a point below it unless it accepts None."""
-        if position <= self.trimmed_through:
-            return
-        self.trimmed_through = position
+        """Forget runs ending at or below `position` where enough can go, raising
+        `trimmed_through` only as far as messages were really dropped: below it the caller
+        must not ask `vector_at`, and `position_for` after a point below it may answer None."""
         for runs in self._runs.values():
             n = runs.runs_through(position)
             if n >= _TRIM_MIN_RUNS and n * 4 >= len(runs.reads):
-                runs.drop(n)
+                self.trimmed_through = max(self.trimmed_through, runs.drop(n))
 
     @property
     def runs(self) -> int:

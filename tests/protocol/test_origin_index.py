@@ -103,9 +103,18 @@ def test_trimming_drops_runs_once_enough_can_go() -> None:
     assert index.runs == 10_000
     index.trim(8000)
     assert index.runs < 3000
+    assert index.trimmed_through == 8000  # the last message dropped
     assert index.vector_at(8000) == {"west": 4000, "east": 4000}
     assert index.position_for({"west": 4000, "east": 3999}, 0) is None
     assert index.position_for({"west": 4500, "east": 4400}, 8000) == 8801  # (east, 4401)
+
+
+def test_a_trim_that_drops_nothing_leaves_every_answer_exact() -> None:
+    index = OriginIndex()
+    index.add(DataEntry(i, ORIGINS[i % 2], (i + 1) // 2) for i in range(1, 101))
+    index.trim(80)  # too few runs to be worth dropping
+    assert (index.runs, index.trimmed_through) == (100, 0)
+    assert index.vector_at(10) == {"west": 5, "east": 5}
 
 
 def test_a_burst_from_one_origin_is_one_run() -> None:

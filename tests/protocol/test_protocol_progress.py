@@ -144,6 +144,20 @@ def test_no_vector_is_read_below_the_trim_point() -> None:
     assert updates(a.positions_read({"d": 100}, 20_000)) == []
 
 
+def test_a_subscription_below_a_trim_that_dropped_nothing_still_sends_its_vector() -> None:
+    """A subscription appearing behind the others (created by its user, or by an update) is
+    below the point the index was trimmed to; nothing was dropped there, so its vector is
+    exact and goes out."""
+    a = machine("a")
+    a.data_indexed(Q_A)
+    a.tick(1_000)
+    assert updates(a.positions_read({"d": 6}, 6))  # the index is trimmed up to 6
+    a.subscriptions_changed(SUBS | {"e": SubscriptionInfo(config=b"cfg-e")})
+    (marker,) = updates(a.positions_read({"d": 6, "e": 3}, 6))
+    assert isinstance(marker.body, Update) and marker.body.subscription == "e"
+    assert (dict(marker.body.progress), marker.body.progress_position) == ({"a": 2, "b": 1}, 3)
+
+
 def test_an_older_vector_never_moves_back() -> None:
     b = machine("b")
     b.data_indexed(Q_B)
