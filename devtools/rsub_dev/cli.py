@@ -31,6 +31,7 @@ from rsub_dev.cluster import (
 )
 from rsub_dev.ports import HOST
 from rsub_dev.sidecars import SidecarProcess, sidecar_settings
+from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
 
 log = structlog.get_logger(__name__)
@@ -193,6 +194,7 @@ async def _start(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    configure_logging("auto", "info")  # the servers' start-up details are debug lines
     directory: Path = args.dir.resolve()
     if problem := _check_streams(args):
         print(f"error: {problem}", file=sys.stderr)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import structlog
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 
 from sidecar.api.backend import SidecarBackend
 from sidecar.api.metrics import SidecarMetrics
@@ -42,10 +42,10 @@ def build_app(backend: SidecarBackend, metrics: SidecarMetrics) -> web.Applicati
         }
         return web.json_response(body, status=200 if readiness.ready else 503)
 
-    async def metrics_endpoint(_request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+    async def metrics_endpoint(request: web.Request) -> web.Response:
+        # OpenMetrics when the scraper asks for it (Prometheus does), text format otherwise.
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encode(metrics.registry), headers={"Content-Type": content_type})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)

@@ -7,12 +7,23 @@ nothing happens, which is exactly when they matter. docs/api.md lists every metr
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+import sidecar
 
 # 10 ms .. 60 s: two regions on one host answer in milliseconds, distant regions in
 # hundreds of milliseconds, and the default snapshot timeout is 30 s.
@@ -46,8 +57,17 @@ class SidecarMetrics:
     """All metrics of one sidecar; `registry` is what /metrics serves."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        # No `*_created` series: one per counter and label set, and nothing reads them.
+        # (A process-wide switch of prometheus_client; this process has no other registry.)
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(
+            registry=r
+        )  # process_cpu_seconds_total, process_resident_memory_bytes, ...
+        Info("rsub_build", "The running rsub build.", registry=r).info(
+            {"version": sidecar.__version__, "python": platform.python_version()}
+        )
         self._snapshots_started = Counter(
             "rsub_snapshots_started_total", "Snapshot attempts started.", ["stream"], registry=r
         )

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
+import sidecar
 from sidecar.cli import remote, run, topology
 
 EXTENSION_GROUP = "rsub.commands"
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rsub", description="Replicated subscriptions for NATS JetStream."
     )
+    parser.add_argument("--version", action="version", version=f"rsub {sidecar.__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (remote, topology, run):
         group.register(subparsers)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import ParseResult
@@ -142,6 +143,47 @@ def auth_method(config: NatsConfig) -> str:
     return method
 
 
+class QuietRepeats:
+    """Whether to log an error that may repeat: the first time, then after 1, 2, 4, ... s of
+    the same error (at most every `max_gap_s`), with how many were held back in between.
+
+    nats-py reports every failed reconnect attempt (one per second per server while NATS is
+    unreachable); an outage of an hour should cost a few dozen lines, not thousands.
+    """
+
+    def __init__(
+        self, *, max_gap_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._max_gap = max_gap_s
+        self._clock = clock
+        self._key: str | None = None
+        self._next = 0.0
+        self._gap = 1.0
+        self.held_back = 0
+
+    def due(self, key: str) -> bool:
+        """True when this occurrence of `key` should be logged (`held_back` then tells how many
+        were not since the last logged one)."""
+        now = self._clock()
+        if key != self._key:
+            self._key, self._gap, self._next = key, 1.0, now + 1.0
+            return True
+        if now < self._next:
+            self.held_back += 1
+            return False
+        self._next = now + self._gap
+        self._gap = min(self._gap * 2, self._max_gap)
+        return True
+
+    def logged(self) -> None:
+        self.held_back = 0
+
+    def reset(self) -> None:
+        """The trouble is over: the next error is logged at once."""
+        self._key = None
+        self.held_back = 0
+
+
 class NatsConnection:
     def __init__(
         self,
@@ -158,6 +200,7 @@ class NatsConnection:
         self._attempt: asyncio.Task[Client] | None = None
         self._reopen: asyncio.Task[None] | None = None
         self._refused: str | None = None
+        self._errors = QuietRepeats()
         self.connected = False
 
     @property
@@ -236,7 +279,9 @@ class NatsConnection:
                 self._on_change(connected)
 
     async def _on_error(self, err: Exception) -> None:
-        log.warning("nats_error", error=repr(err))
+        if self._errors.due(repr(err)):
+            log.warning("nats_error", error=repr(err), held_back=self._errors.held_back)
+            self._errors.logged()
         reason = refusal(err)
         attempt = self._attempt
         # Only before the first connection: later, credentials may be rotated back.
@@ -255,6 +300,7 @@ class NatsConnection:
     async def _on_reconnected(self) -> None:
         url = self._nc.connected_url if self._nc is not None else None
         log.info("nats_reconnected", server=server_address(url))
+        self._errors.reset()
         self._set(True)
 
     async def _on_closed(self) -> None:

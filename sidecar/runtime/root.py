@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar
@@ -235,7 +236,15 @@ class Runtime(RuntimeBackend):
             cluster_for_region=self.config.cluster_for,
             replicas=self.config.stream(vs.name).replicas,
         )
-        log.info("topology_applied", stream=vs.name, report=str(report))
+        # Per stream the details went out as `topology.stream_applied`; here the counts.
+        actions = Counter(s.action for s in report.streams)
+        log.info(
+            "topology_applied",
+            stream=vs.name,
+            created=actions["created"],
+            updated=actions["updated"],
+            unchanged=actions["unchanged"],
+        )
 
     def _on_lease(self, state: LeaseState) -> None:
         leadership = (state.leader, state.epoch)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+import sidecar
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.cli import main
 from sidecar.cli.remote import table
@@ -350,3 +353,14 @@ def test_table_aligns_and_trims() -> None:
     assert table(("A", "LONG HEADER", "C"), [("xyz", "1", ""), ("", "22", "c")]) == (
         "A    LONG HEADER  C\nxyz  1\n     22           c"
     )
+
+
+def test_version_is_printed_by_the_installed_command() -> None:
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "rsub"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == f"rsub {sidecar.__version__}"

@@ -63,6 +63,7 @@ def test_up_refuses_twice_and_down_stops_exactly_its_pids(tmp_path: Path) -> Non
     directory = tmp_path / "dev"
     up = rsub("dev", "up", "--regions", "west,east", "--dir", str(directory))
     assert up.returncode == 0, up.stderr
+    assert "debug" not in up.stdout + up.stderr  # start-up details stay below info
     description = json.loads((directory / "cluster.json").read_text())
     pids: list[int] = list(description["pids"])
     try:

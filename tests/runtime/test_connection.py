@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from sidecar.config import NatsConfig, NatsTlsConfig, Secret
 from sidecar.nats.connection import (
     NatsConnection,
     NatsRefused,
+    QuietRepeats,
     auth_method,
     connect_options,
     refusal,
@@ -186,3 +188,22 @@ def test_auth_method_names_the_method_never_the_secret() -> None:
 )
 def test_server_address_never_shows_user_info(url: str, shown: str) -> None:
     assert server_address(urlparse(url)) == shown
+
+
+def test_a_repeating_error_is_logged_ever_more_rarely() -> None:
+    now = [0.0]
+    quiet = QuietRepeats(max_gap_s=60, clock=lambda: now[0])
+    logged: list[tuple[float, int]] = []
+    for second in range(3600):  # NATS unreachable for an hour, one failure a second
+        now[0] = float(second)
+        if quiet.due("ConnectionRefusedError(111)"):
+            logged.append((now[0], quiet.held_back))
+            quiet.logged()
+    assert len(logged) < 70  # 1, 2, 4, ... 32 s apart, then once a minute
+    assert logged[:4] == [(0.0, 0), (1.0, 0), (2.0, 0), (4.0, 1)]
+    assert all(b - a <= 60 for (a, _), (b, _) in itertools.pairwise(logged))
+    assert sum(held for _, held in logged) + len(logged) + quiet.held_back == 3600
+    # Another error, or the same after a reconnect, is logged at once.
+    assert quiet.due("TimeoutError()")
+    quiet.reset()
+    assert quiet.due("TimeoutError()")

@@ -4,6 +4,7 @@ with a clear message when the configuration is bad or NATS refuses its credentia
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,12 @@ async def test_run_serves_until_sigterm_then_exits_cleanly(
     proc = await run_rsub("--config", str(config))
     stdout = await stop_once_ready(proc, http_port)
     assert proc.returncode == 0
-    assert b'"event": "runtime_stopped"' in stdout
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith(b"{")]
+    assert "runtime_stopped" in {e["event"] for e in events}
+    # Fields, not a repr: every value is a plain JSON scalar, every line short.
+    [applied] = [e for e in events if e["event"] == "topology_applied"]
+    assert (applied["created"] + applied["updated"] + applied["unchanged"]) == 4
+    assert max(len(line) for line in stdout.splitlines()) < 400
 
 
 async def test_run_refuses_a_bad_configuration(tmp_path: Path) -> None:
