@@ -6,13 +6,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock java demo demo-spark test lint proto proto-check unit soak bench clean
+.PHONY: help venv lock java demo demo-spark test lint proto proto-check chart-check chart-readme unit soak bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
 	@echo "make demo-spark - the example Spark pipeline through a regional failover"
 	@echo "make test   - set up, lint and run the whole test suite"
 	@echo "make proto  - regenerate Python code from protos/"
+	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
 	@echo "make soak SECONDS=600 - run the protocol simulation for as long as asked"
 	@echo "make bench  - run the benchmarks under bench/"
 	@echo "make lock   - re-resolve the dependencies and pin them in constraints.txt"
@@ -44,7 +45,16 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(BIN)/python protos/generate.py --check
 
-lint: $(STAMP) proto-check
+# The Helm chart as chart-testing lints it (each ci/*-values.yaml: lint, render, validate)
+# and its README generated from the values' comments.
+chart-check: $(STAMP)
+	$(BIN)/python scripts/helm_tool.py ci helm/rsub-sidecar
+	$(BIN)/python scripts/chart_readme.py --check
+
+chart-readme: $(STAMP)
+	$(BIN)/python scripts/chart_readme.py
+
+lint: $(STAMP) proto-check chart-check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -7,6 +7,10 @@ Kubernetes versions given.
     python scripts/helm_tool.py lint helm/rsub-sidecar -f helm/examples/west.yaml
     python scripts/helm_tool.py template helm/rsub-sidecar -f helm/examples/west.yaml
     python scripts/helm_tool.py validate helm/rsub-sidecar -f helm/examples/*.yaml -k 1.31 -k 1.37
+    python scripts/helm_tool.py ci helm/rsub-sidecar
+
+`ci` is what chart-testing's `ct lint` does, plus rendering and validation: each
+`<chart>/ci/*-values.yaml` on its own, linted strict, rendered and validated.
 """
 
 from __future__ import annotations
@@ -56,7 +60,35 @@ def lint(chart: Path, values: dict[str, Any], *, strict: bool = True) -> list[st
     ]
     worst = max((m["severity"] for m in report["messages"]), default=0)
     if report["errors"] or worst >= (2 if strict else 3):
-        raise ChartError("\n".join(["helm lint failed:", *lines, *report["errors"]]))
+        # Errors usually repeat a message's text; show each once.
+        said = {m["error"] for m in report["messages"]}
+        extra = [e for e in report["errors"] if e not in said]
+        raise ChartError("\n".join(["helm lint failed:", *lines, *extra]))
+    return lines
+
+
+def ci_values_files(chart: Path) -> list[Path]:
+    """The chart's `ci/*-values.yaml`, as chart-testing finds them."""
+    return sorted((chart / "ci").glob("*-values.yaml"))
+
+
+def check_ci(
+    chart: Path, kube_versions: Sequence[str], files: Sequence[Path] | None = None
+) -> list[str]:
+    """Lint (strict), render and validate each ci values file (default: all of them) as its
+    own release; raise ChartError on the first failure."""
+    files = ci_values_files(chart) if files is None else files
+    if not files:
+        raise ChartError(f"no ci/*-values.yaml in {chart}")
+    lines: list[str] = []
+    for path in files:
+        values = load_values([path])
+        try:
+            lint(chart, values, strict=True)
+            validate(render(chart, values, name=f"rsub-{path.stem}"), kube_versions)
+        except ChartError as exc:
+            raise ChartError(f"{path}:\n{exc}") from exc
+        lines.append(f"ok       {path} (lint, render, validate on {', '.join(kube_versions)})")
     return lines
 
 
@@ -64,18 +96,32 @@ def render(
     chart: Path, values: dict[str, Any], *, name: str = "rsub", namespace: str = "rsub"
 ) -> dict[str, str]:
     """Template path -> rendered manifest, after checking values against values.schema.json."""
+    return {
+        path: text
+        for path, text in sorted(_render_all(chart, values, name, namespace).items())
+        if path.endswith((".yaml", ".yml")) and text.strip()
+    }
+
+
+def notes(
+    chart: Path, values: dict[str, Any], *, name: str = "rsub", namespace: str = "rsub"
+) -> str:
+    """The rendered NOTES.txt, what `helm install` prints."""
+    rendered = _render_all(chart, values, name, namespace)
+    return next(text for path, text in rendered.items() if path.endswith("/NOTES.txt"))
+
+
+def _render_all(chart: Path, values: dict[str, Any], name: str, namespace: str) -> dict[str, str]:
     with helm.Chart.load(chart) as loaded:
         merged = loaded.merge_values(values)
         try:
             loaded.validate_schema(merged)
-            rendered = loaded.render(values, name=name, namespace=namespace, is_install=True)
+            rendered: dict[str, str] = loaded.render(
+                values, name=name, namespace=namespace, is_install=True
+            )
         except helm.HelmError as exc:
             raise ChartError(str(exc)) from exc
-    return {
-        path: text
-        for path, text in sorted(rendered.items())
-        if path.endswith((".yaml", ".yml")) and text.strip()
-    }
+    return rendered
 
 
 def manifests(rendered: dict[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -117,6 +163,11 @@ def to_yaml_stream(rendered: dict[str, str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    ci = sub.add_parser("ci", help="lint, render and validate every ci/*-values.yaml")
+    ci.add_argument("chart", type=Path)
+    ci.add_argument(
+        "-k", "--kube-version", action="append", help=f"default: {DEFAULT_KUBE_VERSIONS}"
+    )
     for command in ("lint", "template", "validate"):
         p = sub.add_parser(command)
         p.add_argument("chart", type=Path)
@@ -130,7 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.choices["lint"].add_argument("--no-strict", action="store_true")
     args = parser.parse_args(argv)
     try:
-        if args.command == "validate" and len(args.values) > 1:
+        if args.command == "ci":
+            for line in check_ci(args.chart, args.kube_version or DEFAULT_KUBE_VERSIONS):
+                print(line)
+        elif args.command == "validate" and len(args.values) > 1:
             # Each values file is one release (one region): validate each on its own.
             for values_file in args.values:
                 print(f"== {values_file}")

@@ -1,8 +1,10 @@
-"""Fixtures for the chart and image tests: the helm_tool script, loaded as a module."""
+"""Fixtures for the chart and image tests: scripts/helm_tool.py and scripts/chart_readme.py,
+loaded as modules."""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -11,12 +13,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _load_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def helm_tool() -> ModuleType:
     pytest.importorskip("helm_python", reason="helm-python-sdk (dev extra) is not installed")
     pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (dev extra) missing")
-    spec = importlib.util.spec_from_file_location("helm_tool", ROOT / "scripts" / "helm_tool.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load_script("helm_tool")
+
+
+@pytest.fixture(scope="session")
+def chart_readme() -> ModuleType:
+    return _load_script("chart_readme")

@@ -1,8 +1,10 @@
-"""The Helm chart, rendered offline by Helm's engine (helm-python-sdk) for each example region."""
+"""The Helm chart, rendered offline by Helm's engine (helm-python-sdk): the example regions,
+the ci/ values chart-testing uses, the values schema and the chart's conventions."""
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,10 +18,23 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "rsub-sidecar"
 EXAMPLES = ROOT / "helm" / "examples"
 REGIONS = ("west", "central", "east")
+CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
+VALUES_FILES = [*(EXAMPLES / f"{r}.yaml" for r in REGIONS), *CI_FILES]
 
 
 def example_values(helm_tool: ModuleType, region: str) -> dict[str, Any]:
-    values: dict[str, Any] = helm_tool.load_values([EXAMPLES / f"{region}.yaml"])
+    return values_of(helm_tool, EXAMPLES / f"{region}.yaml")
+
+
+def values_of(helm_tool: ModuleType, path: Path) -> dict[str, Any]:
+    values: dict[str, Any] = helm_tool.load_values([path])
+    return values
+
+
+def minimal(helm_tool: ModuleType, **changes: Any) -> dict[str, Any]:
+    """ci/minimal-values.yaml with top-level keys replaced."""
+    values = values_of(helm_tool, CHART / "ci" / "minimal-values.yaml")
+    values.update(changes)
     return values
 
 
@@ -70,48 +85,52 @@ def test_strict_validation_catches_a_wrong_manifest(helm_tool: ModuleType) -> No
         helm_tool.validate({deployment_path: yaml.safe_dump(broken)}, ["1.33"])
 
 
-@pytest.mark.parametrize("region", REGIONS)
-def test_region_reaches_a_config_the_sidecar_accepts(
-    helm_tool: ModuleType, region: str, tmp_path: Path
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda p: p.name)
+def test_release_reaches_a_config_the_sidecar_accepts(
+    helm_tool: ModuleType, values_file: Path, tmp_path: Path
 ) -> None:
-    objs = objects(helm_tool, example_values(helm_tool, region), f"rsub-{region}")
+    values = values_of(helm_tool, values_file)
+    objs = objects(helm_tool, values, "rsub-release")
     text = objs["ConfigMap"]["data"]["sidecar.yaml"]
     data = yaml.safe_load(text)
-    assert data["region"] == region
-    assert objs["Deployment"]["metadata"]["labels"]["rsub.io/region"] == region
+    assert data["region"] == values["region"]
+    assert objs["Deployment"]["metadata"]["labels"]["rsub.io/region"] == values["region"]
     # Secrets are mounted files or env vars from the Secret: none is in the ConfigMap.
     for secret_key in ("password", "token", "user", "auth_token"):
         assert secret_key not in text
     # Files the chart points at live in mounted Secrets; stand them up under tmp_path.
     container = sidecar_container(objs)
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    for path in _file_paths(data):
+    relocated = copy.deepcopy(data)
+    for section, key, path in _file_settings(relocated):
         assert any(path.startswith(m + "/") for m in mounts), f"{path} is not in a mounted volume"
         (tmp_path / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path.lstrip("/")).write_text("x")
-    relocated = _relocate(data, tmp_path)
+        section[key] = str(tmp_path / path.lstrip("/"))
     # Every env var the chart sets must be a key the sidecar knows (one it would ignore is a
     # chart bug; one that looks like a typo is fatal).
-    env = {e["name"]: "from-secret" for e in container["env"]}
+    env = {e["name"]: e.get("value", "from-secret") for e in container.get("env", [])}
     assert unrelated_env(env) == []
     config = Config.from_mapping(relocated, env)
-    assert config.region == region
-    assert config.nats.creds_file == tmp_path / "etc/rsub/nats/nats.creds"
-    assert config.grpc.auth_token is not None
-    assert config.cluster_for(region) == f"nats-{region}"
+    assert config.region == values["region"]
+    auth = values.get("natsSecret", {}).get("auth", "none")
+    assert (config.nats.creds_file is not None) == (auth == "creds")
+    assert (config.nats.user is not None) == (auth == "userPassword")
+    assert (config.nats.token is not None) == (auth == "token")
+    has_token = bool(values.get("grpcSecret", {}).get("authTokenName"))
+    assert (config.grpc.auth_token is not None) == has_token
+    assert config.lease.bucket == values["config"].get("lease", {}).get("bucket", "rsub-leases")
 
 
-def _file_paths(data: dict[str, Any]) -> list[str]:
-    nats = data["nats"]
-    return [nats["creds_file"], nats["tls"]["ca_file"]]
-
-
-def _relocate(data: dict[str, Any], root: Path) -> dict[str, Any]:
-    out = copy.deepcopy(data)
-    nats = out["nats"]
-    nats["creds_file"] = str(root / nats["creds_file"].lstrip("/"))
-    nats["tls"]["ca_file"] = str(root / nats["tls"]["ca_file"].lstrip("/"))
-    return out
+def _file_settings(data: dict[str, Any]) -> list[tuple[dict[str, Any], str, str]]:
+    """(section, key, path) of every `*_file` setting in the sidecar configuration."""
+    found: list[tuple[dict[str, Any], str, str]] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            found += _file_settings(value)
+        elif key.endswith("_file"):
+            found.append((data, key, value))
+    return found
 
 
 @pytest.mark.parametrize("region", REGIONS)
@@ -141,9 +160,9 @@ def test_probes_point_at_real_container_ports(helm_tool: ModuleType, region: str
     assert target == f"{objs['Service']['metadata']['name']}.rsub.svc:{ports['grpc']}"
 
 
-@pytest.mark.parametrize("region", REGIONS)
-def test_security_context_and_resources(helm_tool: ModuleType, region: str) -> None:
-    objs = objects(helm_tool, example_values(helm_tool, region), f"rsub-{region}")
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda p: p.name)
+def test_security_context_and_resources(helm_tool: ModuleType, values_file: Path) -> None:
+    objs = objects(helm_tool, values_of(helm_tool, values_file), "rsub-release")
     pod = objs["Deployment"]["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["automountServiceAccountToken"] is False
@@ -193,15 +212,15 @@ def test_two_replicas_spread_over_zones_with_a_pdb(helm_tool: ModuleType, region
 def test_schema_rejects_missing_region(helm_tool: ModuleType) -> None:
     values = example_values(helm_tool, "west")
     del values["region"]
-    # values.yaml defaults region to "", which the schema's pattern refuses.
-    with pytest.raises(helm_tool.ChartError, match="at '/region': '' does not match pattern"):
+    with pytest.raises(helm_tool.ChartError, match="missing property 'region'"):
         helm_tool.render(CHART, values)
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda v: v["config"].update(regions=[]), "at '/config/regions'"),
+        (lambda v: v["config"].update(regions=[]), "at '/config/regions': minItems"),
+        (lambda v: v.update(region=""), "at '/region': '' does not match pattern"),
         (
             lambda v: v["config"]["nats"].update(password="pw"),
             "at '/config/nats': additional properties 'password' not allowed",
@@ -235,7 +254,7 @@ def test_user_password_and_grpc_tls(helm_tool: ModuleType) -> None:
     objs = objects(helm_tool, values, "rsub-west")
     assert "ServiceMonitor" not in objs
     container = sidecar_container(objs)
-    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container.get("env", [])}
     assert env == {
         "RSUB_NATS__USER": {"name": "nats-up", "key": "user"},
         "RSUB_NATS__PASSWORD": {"name": "nats-up", "key": "password"},
@@ -281,3 +300,304 @@ def test_network_policy_lets_prometheus_and_the_helm_test_in(
         and "podSelector" in peer
         for peer in grpc_rule["from"]
     )
+
+
+# ---- lint as chart-testing runs it: ci/ values, and defaults alone ---------------------------
+
+
+def test_defaults_alone_fail_lint_naming_the_required_values(helm_tool: ModuleType) -> None:
+    with pytest.raises(helm_tool.ChartError) as failed:
+        helm_tool.lint(CHART, {}, strict=True)
+    message = str(failed.value)
+    assert "missing property 'region'" in message
+    assert "at '/config': missing properties 'regions', 'streams'" in message
+    assert "at '/config/nats': missing property 'servers'" in message
+    # helm install/template refuse them the same way.
+    with pytest.raises(helm_tool.ChartError, match="missing property 'region'"):
+        helm_tool.render(CHART, {})
+
+
+def test_ci_values_exist(helm_tool: ModuleType) -> None:
+    assert [p.name for p in helm_tool.ci_values_files(CHART)] == [
+        "full-values.yaml",
+        "minimal-values.yaml",
+        "mtls-values.yaml",
+        "off-values.yaml",
+    ]
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.name)
+def test_ci_values_lint_render_and_validate(helm_tool: ModuleType, values_file: Path) -> None:
+    (line,) = helm_tool.check_ci(CHART, helm_tool.DEFAULT_KUBE_VERSIONS, files=[values_file])
+    assert line.startswith("ok")
+
+
+def test_ci_values_set_every_value(helm_tool: ModuleType, chart_readme: ModuleType) -> None:
+    # "full" means it: each documented value is away from its default in some ci/ file.
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    ci_values = [values_of(helm_tool, p) for p in CI_FILES]
+    rows = chart_readme.value_rows((CHART / "values.yaml").read_text())
+    unset = []
+    for row in rows:
+        path = row.key.split(".")
+        default = chart_readme.lookup(defaults, path)
+        if not any(chart_readme.lookup(v, path) not in (default, (False, None)) for v in ci_values):
+            unset.append(row.key)
+    assert unset == []
+
+
+@pytest.mark.parametrize(
+    ("typo", "message"),
+    [
+        ("topologySpreed.enabled=false", "additional properties 'topologySpreed'"),
+        (
+            "podDisruptionBudget.maxUnavailabel=1",
+            "at '/podDisruptionBudget': additional properties 'maxUnavailabel'",
+        ),
+        (
+            "securityContext.readOnlyRootFileSystem=false",
+            "at '/securityContext': additional properties 'readOnlyRootFileSystem'",
+        ),
+        (
+            "probes.liveness.periodSecond=5",
+            "at '/probes/liveness': additional properties 'periodSecond'",
+        ),
+        (
+            "serviceMonitor.metricsRelabelings[0].action=drop",
+            "at '/serviceMonitor': additional properties 'metricsRelabelings'",
+        ),
+        ("image.registy=r.example.com", "at '/image': additional properties 'registy'"),
+    ],
+)
+def test_a_typo_in_values_fails_lint_and_install_naming_it(
+    helm_tool: ModuleType, typo: str, message: str
+) -> None:
+    values = helm_tool.load_values([CHART / "ci" / "minimal-values.yaml"], [typo])
+    with pytest.raises(helm_tool.ChartError, match=re.escape(message)):
+        helm_tool.lint(CHART, values, strict=True)
+    with pytest.raises(helm_tool.ChartError, match=re.escape(message)):
+        helm_tool.render(CHART, values)
+
+
+def test_maps_of_user_data_stay_open(helm_tool: ModuleType) -> None:
+    values = minimal(
+        helm_tool,
+        commonLabels={"any/label": "x"},
+        nodeSelector={"any/node-label": "y"},
+        resources={"limits": {"ephemeral-storage": "1Gi"}},
+    )
+    values["global"] = {"anyGlobal": True}  # umbrella charts share global with every subchart
+    helm_tool.lint(CHART, values, strict=True)
+
+
+# ---- conventions -----------------------------------------------------------------------------
+
+
+def test_probes_default_startup_readiness_liveness(helm_tool: ModuleType) -> None:
+    container = sidecar_container(objects(helm_tool, minimal(helm_tool), "rsub-west"))
+    assert container["startupProbe"] == {
+        "httpGet": {"path": "/healthz", "port": "http"},
+        "initialDelaySeconds": 0,
+        "periodSeconds": 2,
+        "timeoutSeconds": 3,
+        "failureThreshold": 30,
+    }
+    assert container["readinessProbe"]["grpc"] == {"port": 7070}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["livenessProbe"]["periodSeconds"] == 10
+
+
+@pytest.mark.parametrize("probe", ["startup", "readiness", "liveness"])
+def test_each_probe_can_be_disabled_or_replaced(helm_tool: ModuleType, probe: str) -> None:
+    key = f"{probe}Probe"
+    off = sidecar_container(
+        objects(helm_tool, minimal(helm_tool, probes={probe: {"enabled": False}}), "r")
+    )
+    assert key not in off
+    assert {"startupProbe", "readinessProbe", "livenessProbe"} - {key} <= off.keys()
+    custom = {"tcpSocket": {"port": "grpc"}, "periodSeconds": 7}
+    replaced = sidecar_container(
+        objects(helm_tool, minimal(helm_tool, probes={probe: {"custom": custom}}), "r")
+    )
+    assert replaced[key] == custom
+    # Timings change the chart's probe and keep its handler.
+    tuned = sidecar_container(
+        objects(helm_tool, minimal(helm_tool, probes={probe: {"periodSeconds": 9}}), "r")
+    )
+    assert tuned[key]["periodSeconds"] == 9
+    assert tuned[key].keys() & {"httpGet", "grpc"}
+
+
+def test_extra_volumes_mounts_env_from(helm_tool: ModuleType) -> None:
+    values = minimal(
+        helm_tool,
+        extraVolumes=[{"name": "ca", "configMap": {"name": "corp-ca"}}],
+        extraVolumeMounts=[{"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": True}],
+        extraEnvFrom=[{"secretRef": {"name": "rsub-env"}}],
+        extraEnv=[{"name": "TZ", "value": "UTC"}],
+    )
+    rendered = helm_tool.render(CHART, values, name="r")
+    helm_tool.validate(rendered, ["1.33"])
+    objs = objects(helm_tool, values, "r")
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    container = sidecar_container(objs)
+    assert [v["name"] for v in pod["volumes"]] == ["config", "tmp", "ca"]
+    assert [m["name"] for m in container["volumeMounts"]] == ["config", "tmp", "ca"]
+    assert container["envFrom"] == [{"secretRef": {"name": "rsub-env"}}]
+    assert container["env"] == [{"name": "TZ", "value": "UTC"}]
+    # Without extras: no envFrom at all.
+    assert "envFrom" not in sidecar_container(objects(helm_tool, minimal(helm_tool), "r"))
+
+
+def test_common_labels_and_annotations_on_every_object(helm_tool: ModuleType) -> None:
+    values = minimal(
+        helm_tool,
+        commonLabels={"team": "data", "app.kubernetes.io/name": "hijack"},
+        commonAnnotations={"owner": "data"},
+        service={"annotations": {"owner": "svc"}},
+        serviceMonitor={"enabled": True},
+    )
+    objs = objects(helm_tool, values, "rsub-west")
+    assert set(objs) == {
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+        "ServiceMonitor",
+        "Pod",
+    }
+    for kind, obj in objs.items():
+        labels, annotations = obj["metadata"]["labels"], obj["metadata"]["annotations"]
+        assert labels["team"] == "data", kind
+        # The chart's own labels win: selectors and the helm test pod rely on them.
+        assert labels["app.kubernetes.io/name"] == "rsub-sidecar", kind
+        assert annotations["owner"] == ("svc" if kind == "Service" else "data"), kind
+    pod_template = objs["Deployment"]["spec"]["template"]["metadata"]
+    assert pod_template["labels"]["team"] == "data"
+    assert "owner" not in pod_template["annotations"]
+    assert objs["Deployment"]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == (
+        "rsub-sidecar"
+    )
+    assert objs["Pod"]["metadata"]["annotations"]["helm.sh/hook"] == "test"  # still a test hook
+    assert objs["Pod"]["metadata"]["labels"]["app.kubernetes.io/component"] == "test"
+    # Without them: no empty annotations on the objects.
+    plain = objects(helm_tool, minimal(helm_tool), "rsub-west")
+    assert "annotations" not in plain["ConfigMap"]["metadata"]
+
+
+def test_service_monitor_namespace_and_relabelings(helm_tool: ModuleType) -> None:
+    relabel = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
+    drop = [{"sourceLabels": ["__name__"], "regex": "go_.*", "action": "drop"}]
+    values = minimal(
+        helm_tool,
+        serviceMonitor={
+            "enabled": True,
+            "namespace": "monitoring",
+            "relabelings": relabel,
+            "metricRelabelings": drop,
+        },
+    )
+    sm = objects(helm_tool, values, "rsub-west")["ServiceMonitor"]
+    assert sm["metadata"]["namespace"] == "monitoring"
+    # The Service it selects stays in the release's namespace.
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": ["rsub"]}
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["relabelings"] == relabel
+    assert endpoint["metricRelabelings"] == drop
+    default = objects(helm_tool, minimal(helm_tool, serviceMonitor={"enabled": True}), "r")
+    assert default["ServiceMonitor"]["metadata"]["namespace"] == "rsub"
+    assert "relabelings" not in default["ServiceMonitor"]["spec"]["endpoints"][0]
+
+
+def test_network_policy_extra_rules(helm_tool: ModuleType) -> None:
+    ingress = {"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}], "ports": [{"port": "http"}]}
+    egress = {"to": [{"ipBlock": {"cidr": "10.1.0.0/16"}}], "ports": [{"port": 4317}]}
+    values = minimal(helm_tool, networkPolicy={"extraIngress": [ingress], "extraEgress": [egress]})
+    spec = objects(helm_tool, values, "r")["NetworkPolicy"]["spec"]
+    plain = objects(helm_tool, minimal(helm_tool), "r")["NetworkPolicy"]["spec"]
+    assert spec["ingress"] == [*plain["ingress"], ingress]
+    assert spec["egress"] == [*plain["egress"], egress]
+    helm_tool.validate(helm_tool.render(CHART, values, name="r"), ["1.33"])
+
+
+@pytest.mark.parametrize(
+    ("global_registry", "image", "expected"),
+    [
+        ("", {}, "rsub-sidecar:0.1.0"),
+        ("", {"registry": "reg.example.com"}, "reg.example.com/rsub-sidecar:0.1.0"),
+        (
+            "mirror.example.com",
+            {"registry": "reg.example.com", "tag": "1.2"},
+            "mirror.example.com/rsub-sidecar:1.2",
+        ),
+        (
+            "mirror.example.com/",
+            {"digest": "sha256:" + "a" * 64},
+            f"mirror.example.com/rsub-sidecar@sha256:{'a' * 64}",
+        ),
+    ],
+)
+def test_global_image_registry(
+    helm_tool: ModuleType, global_registry: str, image: dict[str, str], expected: str
+) -> None:
+    values = minimal(helm_tool, image=image)
+    values["global"] = {"imageRegistry": global_registry}
+    objs = objects(helm_tool, values, "r")
+    assert sidecar_container(objs)["image"] == expected
+    # The helm test pod runs the same image unless tests.image says otherwise.
+    assert objs["Pod"]["spec"]["containers"][0]["image"] == expected
+
+
+def test_notes_name_the_regions_lease_bucket(helm_tool: ModuleType) -> None:
+    # The sidecar opens `<lease.bucket>-<region>` (sidecar/runtime/root.py).
+    text = helm_tool.notes(CHART, minimal(helm_tool), name="rsub-west")
+    assert '"rsub-leases-west"' in text
+    values = minimal(helm_tool)
+    values["config"]["lease"] = {"bucket": "leases"}
+    assert '"leases-west"' in helm_tool.notes(CHART, values, name="rsub-west")
+
+
+# ---- README ----------------------------------------------------------------------------------
+
+
+def test_readme_is_generated_from_values(chart_readme: ModuleType) -> None:
+    # Like proto-check: run `python scripts/chart_readme.py` after changing values.yaml.
+    assert (CHART / "README.md").read_text() == chart_readme.render_readme(CHART)
+
+
+def test_readme_rows_follow_the_comments(chart_readme: ModuleType) -> None:
+    text = """\
+# A plain comment.
+# -- **Required.** The region.
+# region: west
+top:
+  # -- A number.
+  # It goes on.
+  n: 1
+  # -- A described map is one row.
+  keys:
+    a: x
+"""
+    rows = chart_readme.value_rows(text)
+    assert [(r.key, r.type, r.default, r.description) for r in rows] == [
+        ("region", "string", 'required, e.g. `"west"`', "**Required.** The region."),
+        ("top.n", "int", "`1`", "A number. It goes on."),
+        ("top.keys", "object", '`{"a": "x"}`', "A described map is one row."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("top:\n  # -- Described.\n  a: 1\n  b: 2\n", "top.b has no `# --` description"),
+        ("# -- Dangling.\n\na: 1\n", "a description not followed by a key"),
+        ("# -- **Required.** But has a default.\na: 1\n", "a required key is a `# key: example`"),
+    ],
+)
+def test_readme_refuses_undocumented_values(
+    chart_readme: ModuleType, text: str, message: str
+) -> None:
+    with pytest.raises(chart_readme.ValuesDocError, match=re.escape(message)):
+        chart_readme.value_rows(text)

@@ -21,15 +21,23 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels every object of the release carries, the test pod included. */}}
-{{- define "rsub-sidecar.baseLabels" -}}
-helm.sh/chart: {{ include "rsub-sidecar.chart" . }}
-app.kubernetes.io/name: {{ include "rsub-sidecar.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: rsub
-rsub.io/region: {{ .Values.region | quote }}
+{{/*
+Labels of an object, `dict "ctx" $ "component" "sidecar"`: the chart's own, then
+commonLabels (which never replace the chart's: selectors rely on them).
+*/}}
+{{- define "rsub-sidecar.componentLabels" -}}
+{{- $ctx := .ctx }}
+{{- $own := dict
+  "helm.sh/chart" (include "rsub-sidecar.chart" $ctx)
+  "app.kubernetes.io/name" (include "rsub-sidecar.name" $ctx)
+  "app.kubernetes.io/instance" $ctx.Release.Name
+  "app.kubernetes.io/version" ($ctx.Values.image.tag | default $ctx.Chart.AppVersion | trunc 63)
+  "app.kubernetes.io/managed-by" $ctx.Release.Service
+  "app.kubernetes.io/part-of" "rsub"
+  "app.kubernetes.io/component" .component
+  "rsub.io/region" $ctx.Values.region
+}}
+{{- toYaml (merge $own $ctx.Values.commonLabels) }}
 {{- end }}
 
 {{/* Selector labels of the sidecar pods: stable across upgrades (selectors are immutable). */}}
@@ -41,8 +49,17 @@ app.kubernetes.io/component: sidecar
 
 {{/* Labels of the sidecar's objects. */}}
 {{- define "rsub-sidecar.labels" -}}
-{{ include "rsub-sidecar.baseLabels" . }}
-app.kubernetes.io/component: sidecar
+{{ include "rsub-sidecar.componentLabels" (dict "ctx" . "component" "sidecar") }}
+{{- end }}
+
+{{/*
+The `annotations:` of an object's metadata (a new line, indented 2), `dict "ctx" $ "own"
+<map>`: the object's own annotations over commonAnnotations; nothing when both are empty.
+*/}}
+{{- define "rsub-sidecar.annotations" -}}
+{{- with merge (deepCopy (.own | default dict)) .ctx.Values.commonAnnotations }}
+{{ dict "annotations" . | toYaml | indent 2 }}
+{{- end }}
 {{- end }}
 
 {{- define "rsub-sidecar.serviceAccountName" -}}
@@ -53,11 +70,17 @@ app.kubernetes.io/component: sidecar
 {{- end }}
 {{- end }}
 
+{{/* The image reference: [registry/]repository, then @digest or :tag. */}}
 {{- define "rsub-sidecar.image" -}}
+{{- $registry := .Values.global.imageRegistry | default .Values.image.registry }}
+{{- $repository := .Values.image.repository }}
+{{- if $registry }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) $repository }}
+{{- end }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
 
@@ -73,6 +96,46 @@ app.kubernetes.io/component: sidecar
 {{/* True (non-empty) when gRPC is served over TLS. */}}
 {{- define "rsub-sidecar.grpcTls" -}}
 {{- if .Values.grpcSecret.tlsName }}true{{ end }}
+{{- end }}
+
+{{/*
+The sidecar's environment: credentials from the Secrets as RSUB_* settings (so they never
+enter the ConfigMap), then extraEnv.
+*/}}
+{{- define "rsub-sidecar.env" -}}
+{{- $secret := .Values.natsSecret }}
+{{- if and $secret.name (eq $secret.auth "userPassword") }}
+- name: RSUB_NATS__USER
+  valueFrom:
+    secretKeyRef: {name: {{ $secret.name | quote }}, key: {{ $secret.keys.user | quote }}}
+- name: RSUB_NATS__PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ $secret.name | quote }}, key: {{ $secret.keys.password | quote }}}
+{{- else if and $secret.name (eq $secret.auth "token") }}
+- name: RSUB_NATS__TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ $secret.name | quote }}, key: {{ $secret.keys.token | quote }}}
+{{- end }}
+{{- with .Values.grpcSecret.authTokenName }}
+- name: RSUB_GRPC__AUTH_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ . | quote }}, key: {{ $.Values.grpcSecret.authTokenKey | quote }}}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+A probe, `dict "probe" <probes.X> "handler" <default handler>`: probes.X.custom when set,
+else the chart's handler with the timings from values.
+*/}}
+{{- define "rsub-sidecar.probe" -}}
+{{- if .probe.custom }}
+{{- toYaml .probe.custom }}
+{{- else }}
+{{- toYaml (merge (omit .probe "enabled" "custom") .handler) }}
+{{- end }}
 {{- end }}
 
 {{/*
