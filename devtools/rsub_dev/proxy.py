@@ -8,6 +8,10 @@ Gateways gossip the URLs they are configured with, so region A also learns the p
 region C uses to reach B. Each proxy therefore reads the dialer's first protocol line
 (`CONNECT {"gateway": "<region>", ...}`) and drops connections from any other region:
 the only way from A to B stays the A->B proxy.
+
+Without an origin (`origin=None`) it forwards any TCP connection, each new one to the next
+upstream in turn: a round-robin load balancer, e.g. one address in front of the gRPC ports
+of a region's sidecar replicas, as a Kubernetes Service is.
 """
 
 from __future__ import annotations
@@ -31,16 +35,18 @@ _CONNECT_TIMEOUT_S = 2.0
 
 
 class LinkProxy:
-    """Listens on 127.0.0.1 and forwards connections from gateway `origin` to the first
-    reachable upstream."""
+    """Listens on 127.0.0.1 and forwards connections from gateway `origin` (any dialer when
+    None) to the next reachable upstream, in turn."""
 
-    def __init__(self, name: str, origin: str, upstreams: Sequence[tuple[str, int]]) -> None:
+    def __init__(self, name: str, origin: str | None, upstreams: Sequence[tuple[str, int]]) -> None:
         if not upstreams:
             raise ValueError(f"proxy {name}: at least one upstream is needed")
         self.name = name
         self.origin = origin
         self._upstreams = list(upstreams)
         self._next_upstream = 0
+        self.forwarded = dict.fromkeys(self._upstreams, 0)
+        """Connections forwarded to each upstream so far."""
         self._server: asyncio.Server | None = None
         self._cut = False
         self._delay_s = 0.0
@@ -81,6 +87,11 @@ class LinkProxy:
     def restore(self) -> None:
         self._cut = False
         log.info("link_restored", proxy=self.name)
+
+    @property
+    def gate(self) -> Callable[[bytes], bool] | None:
+        """What the dialer's first line must pass (None: no check, any protocol)."""
+        return self.accepts if self.origin is not None else None
 
     def accepts(self, first_line: bytes) -> bool:
         """True if the dialer's first line is a gateway CONNECT from `origin`."""
@@ -134,11 +145,13 @@ class LinkProxy:
             host, port = self._upstreams[self._next_upstream]
             self._next_upstream = (self._next_upstream + 1) % len(self._upstreams)
             try:
-                return await asyncio.wait_for(
+                upstream = await asyncio.wait_for(
                     asyncio.open_connection(host, port), _CONNECT_TIMEOUT_S
                 )
             except (OSError, TimeoutError):
                 continue
+            self.forwarded[(host, port)] += 1
+            return upstream
         return None
 
 
@@ -154,7 +167,7 @@ class _Connection:
         self._proxy = proxy
         self._writers = (downstream[1], upstream[1])
         self._tasks = [
-            asyncio.ensure_future(self._pump(downstream[0], upstream[1], proxy.accepts)),
+            asyncio.ensure_future(self._pump(downstream[0], upstream[1], proxy.gate)),
             asyncio.ensure_future(self._pump(upstream[0], downstream[1], None)),
         ]
 

@@ -128,11 +128,13 @@ class Readiness:
 class SidecarBackend(Protocol):
     """What the API layer needs from the sidecar runtime.
 
-    Reads (`status`, `get_*`, `list_*`, `watch_subscription`) must work on followers too.
-    Writes (`commit_cursor`, `trigger_snapshot`, `set_replicated`) raise `NotLeader` on a
-    follower; the API layer also checks `is_leader` before calling them. An unknown stream or
-    subscription raises `NotFound`; an operation impossible while NATS is down raises
-    `Unavailable`.
+    Every replica of a region serves every method but one, whichever the load balancer picks:
+    reads (`status`, `get_*`, `list_*`, `watch_subscription`) and the writes that are NATS
+    writes any replica can make safely: `commit_cursor` (a compare-and-set that only moves
+    forward) and `set_replicated` (consumer metadata). The leader's machine takes those in at
+    its next positions read. `trigger_snapshot` needs the leader and raises `NotLeader`
+    (naming the leader when known) on a follower. An unknown stream or subscription raises
+    `NotFound`; an operation impossible now (NATS down, leadership changing) `Unavailable`.
     """
 
     @property
@@ -177,4 +179,6 @@ class SidecarBackend(Protocol):
 
     async def set_replicated(
         self, stream: str, subscription: str, replicated: bool
-    ) -> SubscriptionView: ...
+    ) -> SubscriptionView:
+        """Set or clear `rsub.replicate` on a durable here; its state after the change."""
+        ...

@@ -28,7 +28,8 @@ class NotFound(ApiError):
 
 
 class NotLeader(ApiError):
-    """A write reached a follower sidecar (FAILED_PRECONDITION)."""
+    """A write only the leader can make reached a follower (FAILED_PRECONDITION): asking
+    this replica again cannot succeed, so clients must not retry it."""
 
     def __init__(self, message: str = "this sidecar is not the leader of its region") -> None:
         super().__init__(message)

@@ -140,7 +140,6 @@ class _CursorService(api_pb2_grpc.CursorServiceServicer):  # type: ignore[misc]
     async def CommitCursor(self, request: Any) -> Any:
         stream = require_name("stream", request.stream)
         subscription = require_name("subscription", request.subscription)
-        _require_leader(self._backend)
         mark_delete = await self._backend.commit_cursor(stream, subscription, request.sequence)
         return api_pb2.CommitCursorResponse(mark_delete=mark_delete)
 
@@ -156,7 +155,6 @@ class _AdminService(api_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     @_unary
     async def TriggerSnapshot(self, request: Any) -> Any:
         stream = require_name("stream", request.stream)
-        _require_leader(self._backend)
         return api_pb2.TriggerSnapshotResponse(
             snapshot_id=await self._backend.trigger_snapshot(stream)
         )
@@ -165,14 +163,8 @@ class _AdminService(api_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     async def SetReplicated(self, request: Any) -> Any:
         stream = require_name("stream", request.stream)
         subscription = require_name("subscription", request.subscription)
-        _require_leader(self._backend)
         view = await self._backend.set_replicated(stream, subscription, request.replicated)
         return api_pb2.SetReplicatedResponse(subscription=convert.subscription_to_proto(view))
-
-
-def _require_leader(backend: SidecarBackend) -> None:
-    if not backend.is_leader:
-        raise NotLeader("this sidecar is a follower; send writes to the leader of its region")
 
 
 class _BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]

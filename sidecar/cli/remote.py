@@ -1,7 +1,8 @@
 """Human commands that talk to a running sidecar over gRPC.
 
-Reads: `status`, `subscriptions`, `snapshots`. Admin writes (leader only, token when the
-sidecar has one): `trigger-snapshot`, `set-replicated`.
+Reads: `status`, `subscriptions`, `snapshots`. Admin writes (token when the sidecar has
+one): `trigger-snapshot` (the region's leader only: a follower's refusal names the leader)
+and `set-replicated` (any replica). Nothing is retried: each command makes one call.
 
 Tables for people, `--json` for scripts (keys are the view field names of
 `sidecar/api/backend.py`). Exit codes: 0 ok, 1 the sidecar answered with an error,
@@ -77,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     set_replicated = subparsers.add_parser(
         "set-replicated",
         parents=[common],
-        help="turn replication of a durable on or off in this region (leader)",
+        help="turn replication of a durable on or off in this region",
     )
     set_replicated.add_argument("stream")
     set_replicated.add_argument("subscription")

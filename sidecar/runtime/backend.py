@@ -1,8 +1,10 @@
 """`RuntimeBackend`: the runtime's side of the API boundary (`sidecar.api.backend`).
 
 Reads answer from each stream driver's machine (so they work on followers too) and from
-what the driver last read; writes check leadership and the connection first, write to NATS,
-then hand what they changed to the driver and wait until the machine has taken it in.
+what the driver last read. Writes check the connection first, write to NATS, then hand what
+they changed to the driver and wait until this replica's machine has taken it in. A cursor
+commit and a change of `rsub.replicate` are NATS writes any replica can make (the leader's
+machine reads them at its next positions read); a triggered snapshot needs the leader.
 """
 
 from __future__ import annotations
@@ -115,8 +117,10 @@ class RuntimeBackend:
     # ---- writes ---------------------------------------------------------------------------
 
     async def commit_cursor(self, stream: str, subscription: str, sequence: int) -> int:
+        """Any replica: the KV compare-and-set orders concurrent writers and only moves the
+        cursor forward; the answer is the value stored."""
         driver, _ = self._driver(stream)
-        self._require_writable()
+        self._require_connected()
         if driver.subscriptions.durables.get(subscription) is not None:
             raise InvalidArgument(
                 "subscription", f"{subscription!r} is a durable consumer, not an external cursor"
@@ -132,7 +136,9 @@ class RuntimeBackend:
     async def trigger_snapshot(self, stream: str) -> str:
         """Start a snapshot now; the pending attempt's id when one is already under way."""
         driver, _ = self._driver(stream)
-        self._require_writable()
+        self._require_connected()
+        if not self.is_leader:
+            raise self._not_leader("TriggerSnapshot")
         now = now_ms()
         seen: list[tuple[PendingView | None, bool]] = []
 
@@ -151,13 +157,17 @@ class RuntimeBackend:
                 f"stream {stream!r} has no replicated subscription in region {self.region!r}: "
                 "a snapshot would serve nobody (replicate a durable or commit a cursor first)"
             )
-        raise NotLeader()
+        if self.is_leader:
+            # The lease is ours but the machine has not taken it in yet, or saw a newer epoch.
+            raise Unavailable("leadership is changing hands in this sidecar; try again shortly")
+        raise self._not_leader("TriggerSnapshot")
 
     async def set_replicated(
         self, stream: str, subscription: str, replicated: bool
     ) -> views.SubscriptionView:
+        """Any replica: it edits the durable's metadata, as `nats consumer edit` would."""
         driver, _ = self._driver(stream)
-        self._require_writable()
+        self._require_connected()
         if subscription in driver.subscriptions.cursors:
             raise InvalidArgument("subscription", "external cursors are always replicated")
         try:
@@ -186,11 +196,20 @@ class RuntimeBackend:
             raise Unavailable(f"stream {stream!r} is still being rebuilt")
         return driver, driver.machine
 
-    def _require_writable(self) -> None:
+    def _require_connected(self) -> None:
         if not self._handles.conn.connected:
             raise Unavailable("not connected to NATS")
-        if not self.is_leader:
-            raise NotLeader()
+
+    def _not_leader(self, method: str) -> NotLeader:
+        """The refusal of a leader-only `method` on this follower, naming the lease holder
+        (a holder name begins with its host's name: the pod's, in Kubernetes)."""
+        lease = self._handles.lease
+        holder = lease.state.holder if lease is not None else None
+        leader = f"the leader is {holder!r}" if holder else "no leader is known right now"
+        return NotLeader(
+            f"{method} needs the leader of region {self.region!r}, and this sidecar is a "
+            f"follower: {leader}; call that replica directly (retrying here cannot succeed)"
+        )
 
     def _subscription(self, stream: str, subscription: str) -> views.SubscriptionView:
         driver, machine = self._driver(stream)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.rsub_spark.cursor import SidecarClient, SidecarError
+from spark_jobs.rsub_spark.cursor import CursorCommitError, SidecarClient, SidecarError
 from spark_jobs.rsub_spark.listener import CursorCommitListener, attach_cursor_commits
 from spark_jobs.rsub_spark.nats_read import RsubDataLossError, RsubReadError
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
@@ -25,6 +25,7 @@ def register(spark: SparkSession) -> None:
 
 __all__ = [
     "PUBLISHED_AT_HEADER",
+    "CursorCommitError",
     "CursorCommitListener",
     "RsubCheckpointError",
     "RsubDataLossError",

@@ -1,4 +1,10 @@
-"""The sidecar's cursor API as seen from Spark: where a subscription stands, and commits."""
+"""The sidecar's cursor API as seen from Spark: where a subscription stands, and commits.
+
+A commit is retried only while the failure may pass (`RETRYABLE`: the sidecar unreachable
+or restarting, NATS down, the call too slow); any other answer is final. A commit that does
+not take effect is never reported as one: it raises `CursorCommitError`, is logged as
+`rsub.cursor_commit_failed` with its status code and counted in `commit_failures`.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +23,28 @@ log = structlog.get_logger(__name__)
 _TLS_OPTIONS = TlsOptionNames("sidecarTlsCa", "sidecarTlsCert", "sidecarTlsKey")
 
 
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""Status codes worth another attempt: the same call may succeed a moment later."""
+
+
 class SidecarError(RuntimeError):
-    """The sidecar could not answer; the message names the sidecar, stream and subscription."""
+    """The sidecar could not answer; the message names the sidecar, stream and subscription,
+    `code` is the call's gRPC status (None when no call was made)."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class CursorCommitError(SidecarError):
+    """A commit of `sequence` that did not take effect, after `attempts` calls."""
+
+    def __init__(
+        self, message: str, code: grpc.StatusCode | None, sequence: int, attempts: int
+    ) -> None:
+        super().__init__(message, code)
+        self.sequence = sequence
+        self.attempts = attempts
 
 
 class SidecarClient:
@@ -48,6 +74,8 @@ class SidecarClient:
         except ValueError as error:
             raise SidecarError(f"sidecar {address}: option {error}") from None
         self._stub = api_pb2_grpc.CursorServiceStub(self._channel)
+        self.commit_failures = 0
+        """Commits that did not take effect (`commit_with_retries` raised), since creation."""
 
     @classmethod
     def for_options(cls, opts: RsubOptions) -> SidecarClient:
@@ -74,13 +102,17 @@ class SidecarClient:
         if code == grpc.StatusCode.NOT_FOUND:
             return SidecarError(
                 f"sidecar {self.address}: subscription {subscription!r} of stream {stream!r} "
-                f"not found ({detail}); start once with startingOffsets=earliest or latest"
+                f"not found ({detail}); start once with startingOffsets=earliest or latest",
+                code,
             )
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            return SidecarError(f"sidecar {self.address} unreachable during {what}: {detail}")
+        if code in RETRYABLE:
+            return SidecarError(
+                f"sidecar {self.address} unreachable during {what} ({code.name}): {detail}", code
+            )
         return SidecarError(
             f"sidecar {self.address}: {what} for subscription {subscription!r} of stream "
-            f"{stream!r} failed with {code.name}: {detail}"
+            f"{stream!r} failed with {code.name}: {detail}",
+            code,
         )
 
     def subscription(self, stream: str, subscription: str) -> tuple[int, dict[str, int]]:
@@ -109,22 +141,44 @@ class SidecarClient:
         return int(reply.mark_delete)
 
     def commit_with_retries(
-        self, stream: str, subscription: str, sequence: int, attempts: int = 3
-    ) -> int | None:
-        """`commit`, retried with a short back-off; None (logged) when every attempt failed."""
-        for attempt in range(1, attempts + 1):
+        self,
+        stream: str,
+        subscription: str,
+        sequence: int,
+        *,
+        attempts: int = 3,
+        backoff_s: float = 0.2,
+    ) -> int:
+        """`commit`, called again after `backoff_s`, then twice that, ... while it fails with a
+        `RETRYABLE` code, at most `attempts` times; returns the cursor after the commit.
+
+        Raises `CursorCommitError` at the first other failure or after the last attempt.
+        """
+        attempt = 1
+        while True:
             try:
                 return self.commit(stream, subscription, sequence)
             except SidecarError as error:
-                log.warning(
-                    "rsub.commit_failed",
-                    sidecar=self.address,
-                    stream=stream,
-                    subscription=subscription,
-                    sequence=sequence,
-                    attempt=attempt,
-                    error=str(error),
-                )
-                if attempt < attempts:
-                    time.sleep(0.2 * attempt)
-        return None
+                code = error.code
+                fields = {
+                    "sidecar": self.address,
+                    "stream": stream,
+                    "subscription": subscription,
+                    "sequence": sequence,
+                    "code": code.name if code is not None else None,
+                    "attempt": attempt,
+                }
+                if code not in RETRYABLE or attempt >= attempts:
+                    self.commit_failures += 1
+                    log.error("rsub.cursor_commit_failed", **fields, error=str(error))
+                    raise CursorCommitError(
+                        f"commit of sequence {sequence} did not take effect "
+                        f"({attempt} attempt(s)): {error}",
+                        code,
+                        sequence,
+                        attempt,
+                    ) from None
+                delay_s = backoff_s * 2 ** (attempt - 1)
+                log.warning("rsub.cursor_commit_retrying", **fields, retry_in_s=delay_s)
+                time.sleep(delay_s)
+                attempt += 1

@@ -4,6 +4,10 @@ The engine calls a source's `commit()` one batch late and never for the last bat
 `availableNow` run; a query progress event, by contrast, is posted for every batch once the
 sink committed it. So the commits hang off `StreamingQueryListener.onQueryProgress`, which
 runs in the driver's Python process.
+
+A commit that does not take effect is logged and counted by the client
+(`rsub.cursor_commit_failed`, `commit_failures`); the listener keeps it as `failure` until a
+later commit covers it (cursors are cumulative), and `wait_for` raises it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
-from spark_jobs.rsub_spark.cursor import SidecarClient
+from spark_jobs.rsub_spark.cursor import CursorCommitError, SidecarClient
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
 
 log = structlog.get_logger(__name__)
@@ -51,6 +55,7 @@ class CursorCommitListener(StreamingQueryListener):
         self._query_name = query_name
         self._client = SidecarClient.for_options(opts)
         self._committed = 0
+        self._failure: CursorCommitError | None = None
         self._changed = threading.Condition()
 
     @property
@@ -59,11 +64,28 @@ class CursorCommitListener(StreamingQueryListener):
         with self._changed:
             return self._committed
 
+    @property
+    def commit_failures(self) -> int:
+        """Commits that did not take effect so far (a counter, for the job's own metrics)."""
+        return self._client.commit_failures
+
+    @property
+    def failure(self) -> CursorCommitError | None:
+        """The last commit that did not take effect, until a commit of as far or further does."""
+        with self._changed:
+            return self._failure
+
     def wait_for(self, sequence: int, timeout_s: float) -> bool:
-        """Blocks until a commit >= `sequence` went through; False after `timeout_s`."""
+        """Blocks until a commit >= `sequence` went through; False after `timeout_s`.
+
+        Raises `CursorCommitError` once the commit of a batch ending at or after `sequence`
+        failed for good (and nothing since committed that far).
+        """
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while self._committed < sequence:
+                if self._failure is not None and self._failure.sequence >= sequence:
+                    raise self._failure
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -91,8 +113,14 @@ class CursorCommitListener(StreamingQueryListener):
             sequence = end_sequence(source.endOffset, self._read_stream)
             if sequence is None or sequence <= self.committed:
                 continue
-            cursor = self._client.commit_with_retries(self._stream, self._subscription, sequence)
-            if cursor is None:
+            try:
+                self._client.commit_with_retries(self._stream, self._subscription, sequence)
+            except CursorCommitError as error:
+                # Logged and counted by the client; a later batch's commit covers it (cursors
+                # are cumulative), and until then `wait_for` raises it.
+                with self._changed:
+                    self._failure = error
+                    self._changed.notify_all()
                 continue
             log.debug(
                 "rsub.cursor_committed",
@@ -103,6 +131,8 @@ class CursorCommitListener(StreamingQueryListener):
             )
             with self._changed:
                 self._committed = max(self._committed, sequence)
+                if self._failure is not None and self._failure.sequence <= self._committed:
+                    self._failure = None
                 self._changed.notify_all()
 
     def onQueryIdle(self, event: Any) -> None:

@@ -139,46 +139,46 @@ async def test_unknown_stream_and_subscription_are_not_found(
     )
 
 
-async def test_writes_on_a_follower_fail_precondition_reads_work(
+async def test_a_follower_commits_and_sets_replicated_refuses_to_snapshot(
     cursor: api_pb2_grpc.CursorServiceStub,
     admin: api_pb2_grpc.AdminServiceStub,
     backend: MemoryBackend,
 ) -> None:
     backend.is_leader = False
-    writes = [
-        cursor.CommitCursor(
-            api_pb2.CommitCursorRequest(stream=STREAM, subscription=SUBSCRIPTION, sequence=50)
-        ),
+    reply = await cursor.CommitCursor(
+        api_pb2.CommitCursorRequest(stream=STREAM, subscription=SUBSCRIPTION, sequence=50)
+    )
+    assert reply.mark_delete == 50
+    changed = await admin.SetReplicated(
+        api_pb2.SetReplicatedRequest(stream=STREAM, subscription=SUBSCRIPTION, replicated=False)
+    )
+    assert not changed.subscription.replicated
+    detail = await expect_status(
         admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM)),
-        admin.SetReplicated(
-            api_pb2.SetReplicatedRequest(stream=STREAM, subscription=SUBSCRIPTION, replicated=False)
-        ),
-    ]
-    for call in writes:
-        assert "follower" in await expect_status(call, Code.FAILED_PRECONDITION)
-    assert backend.subscriptions[STREAM][SUBSCRIPTION].mark_delete == 41
-    assert backend.subscriptions[STREAM][SUBSCRIPTION].replicated
+        Code.FAILED_PRECONDITION,
+    )
+    assert "follower" in detail
+    assert backend.snapshot_counter == 0
     reply = await cursor.GetSubscription(
         api_pb2.GetSubscriptionRequest(stream=STREAM, subscription=SUBSCRIPTION)
     )
-    assert reply.mark_delete == 41
+    assert (reply.mark_delete, reply.replicated) == (50, False)
     assert not (await admin.Status(api_pb2.StatusRequest())).leader
 
 
-async def test_backend_not_leader_race_fails_precondition(
-    cursor: api_pb2_grpc.CursorServiceStub, backend: MemoryBackend
+async def test_not_leader_from_the_backend_fails_precondition(
+    admin: api_pb2_grpc.AdminServiceStub, backend: MemoryBackend
 ) -> None:
-    # Leadership lost between the API's check and the backend's write.
-    async def lose_leadership(stream: str, subscription: str, sequence: int) -> int:
-        raise NotLeader()
+    # The backend alone decides: the API layer has no leadership check of its own.
+    async def lost_leadership(stream: str) -> str:
+        raise NotLeader("the leader is 'west-b'")
 
-    backend.commit_cursor = lose_leadership  # type: ignore[method-assign]
-    await expect_status(
-        cursor.CommitCursor(
-            api_pb2.CommitCursorRequest(stream=STREAM, subscription=SUBSCRIPTION, sequence=50)
-        ),
+    backend.trigger_snapshot = lost_leadership  # type: ignore[method-assign]
+    detail = await expect_status(
+        admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM)),
         Code.FAILED_PRECONDITION,
     )
+    assert detail == "the leader is 'west-b'"
 
 
 async def test_backend_unavailable_maps_to_unavailable(

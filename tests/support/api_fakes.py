@@ -62,7 +62,8 @@ def subscription_view(
 
 
 class MemoryBackend:
-    """A `SidecarBackend` over dictionaries; flags let tests play follower or outage."""
+    """A `SidecarBackend` over dictionaries; flags let tests play follower or outage (as in
+    the runtime, a follower refuses only `trigger_snapshot`)."""
 
     def __init__(self) -> None:
         self.is_leader = True
@@ -167,8 +168,6 @@ class MemoryBackend:
 
     async def commit_cursor(self, stream: str, subscription: str, sequence: int) -> int:
         subs = self._check(stream)
-        if not self.is_leader:
-            raise NotLeader()
         view = subs.get(subscription) or subscription_view(
             subscription, kind=SubscriptionKind.EXTERNAL
         )
@@ -179,7 +178,10 @@ class MemoryBackend:
         return view.mark_delete
 
     async def trigger_snapshot(self, stream: str) -> str:
-        if not any(v.replicated for v in self._check(stream).values()):
+        subs = self._check(stream)
+        if not self.is_leader:
+            raise NotLeader("TriggerSnapshot needs the leader; this sidecar is a follower")
+        if not any(v.replicated for v in subs.values()):
             raise FailedPrecondition(f"stream {stream!r} has no replicated subscription here")
         self.snapshot_counter += 1
         return f"snap-manual-{self.snapshot_counter}"
