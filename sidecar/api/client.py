@@ -22,6 +22,11 @@ class TlsOptionNames(NamedTuple):
     key: str
 
 
+# A connection of its own per channel: gRPC otherwise shares one with earlier channels to the
+# same address, so a new client behind a Service would keep reaching the same replica.
+_OPTIONS = (("grpc.use_local_subchannel_pool", 1),)
+
+
 def open_channel(
     address: str,
     names: TlsOptionNames,
@@ -36,13 +41,13 @@ def open_channel(
     if ca is None:
         if cert is not None:
             raise ValueError(f"{names.cert} needs {names.ca}")
-        return grpc.insecure_channel(address)
+        return grpc.insecure_channel(address, options=_OPTIONS)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=_read(ca, names.ca),
         private_key=_read(key, names.key) if key is not None else None,
         certificate_chain=_read(cert, names.cert) if cert is not None else None,
     )
-    return grpc.secure_channel(address, credentials)
+    return grpc.secure_channel(address, credentials, options=_OPTIONS)
 
 
 def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:

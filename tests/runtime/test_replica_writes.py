@@ -51,8 +51,10 @@ async def balancer(*replicas: Runtime) -> AsyncIterator[LinkProxy]:
 async def new_connection(
     address: str,
 ) -> AsyncIterator[tuple[api_pb2_grpc.CursorServiceStub, api_pb2_grpc.AdminServiceStub]]:
-    """The two services over a channel of its own (so a connection of its own)."""
-    async with grpc.aio.insecure_channel(address) as channel:
+    """The two services over a channel of its own (so a connection of its own: gRPC would
+    otherwise share a lingering connection of an earlier channel to the same address)."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(address, options=options) as channel:
         yield api_pb2_grpc.CursorServiceStub(channel), api_pb2_grpc.AdminServiceStub(channel)
 
 
