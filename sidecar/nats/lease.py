@@ -43,6 +43,8 @@ class LeaseState:
     epoch: int
     # The holder last observed in the bucket (None when the lease is free or unknown).
     holder: str | None
+    # The epoch of that holder (this replica's own while it leads; 0 when unknown).
+    leader_epoch: int = 0
 
 
 class Lease:
@@ -66,6 +68,7 @@ class Lease:
         self._revision = 0
         self._valid_until = 0.0
         self._observed_holder: str | None = None
+        self._observed_epoch = 0
         self._observed_revision = 0
         self._observed_since = 0.0
         self._last_state = LeaseState(False, 0, None)
@@ -91,7 +94,8 @@ class Lease:
 
     @property
     def state(self) -> LeaseState:
-        return LeaseState(self.is_leader, self.epoch, self._observed_holder)
+        leader_epoch = self.epoch if self.is_leader else self._observed_epoch
+        return LeaseState(self.is_leader, self.epoch, self._observed_holder, leader_epoch)
 
     @property
     def interval_s(self) -> float:
@@ -150,7 +154,10 @@ class Lease:
             await self._acquire(now, last=None)
             return
         revision = entry.revision or 0
-        self._observed_holder = _holder_of(entry.value)
+        self._observed_holder, epoch = _holder_of(entry.value)
+        # A holder writes its epoch with each renewal; before the first, it is the revision
+        # at which it took the lease, which is this entry's.
+        self._observed_epoch = epoch or revision
         if revision != self._observed_revision:
             self._observed_revision, self._observed_since = revision, now
         elif now - self._observed_since >= self._ttl:
@@ -175,6 +182,7 @@ class Lease:
         log.warning("lease_lost", holder=self._holder, epoch=self._epoch, reason=reason)
         self._epoch = 0
         self._observed_holder = None
+        self._observed_epoch = 0
         self._observed_revision = 0
 
     def _notify(self) -> None:
@@ -185,9 +193,12 @@ class Lease:
                 self._on_change(state)
 
 
-def _holder_of(value: bytes | None) -> str | None:
+def _holder_of(value: bytes | None) -> tuple[str | None, int]:
+    """(holder, epoch) of a lease value; None and 0 for what cannot be read."""
     try:
-        holder = json.loads(value or b"null")["holder"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    return holder if isinstance(holder, str) else None
+        data = json.loads(value or b"null")
+        holder, epoch = data["holder"], data.get("epoch")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None, 0
+    valid_epoch = isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > 0
+    return (holder if isinstance(holder, str) else None), (epoch if valid_epoch else 0)

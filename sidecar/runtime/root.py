@@ -247,11 +247,12 @@ class Runtime(RuntimeBackend):
         )
 
     def _on_lease(self, state: LeaseState) -> None:
+        # A follower shows the leader's epoch: both replicas of a region report the same one.
+        self.metrics.set_leader(state.leader, state.leader_epoch)
         leadership = (state.leader, state.epoch)
         if leadership == self._leadership:
             return
         self._leadership = leadership
-        self.metrics.set_leader(state.leader, state.epoch)
         log.info("leadership_changed", leader=state.leader, epoch=state.epoch)
         for driver in self._drivers.values():
             driver.leadership(state.leader, state.epoch)

@@ -54,10 +54,14 @@ async def test_first_candidate_acquires_second_follows_and_renewal_keeps_epoch(
     await b.step()
     assert not b.is_leader and b.epoch == 0 and b.state.holder == "a"
     epoch = a.epoch
+    # The follower knows the leader's epoch, before a renewal (the lease's revision) and after.
+    assert b.state.leader_epoch == epoch
     await a.step()
     await a.step()
     assert a.is_leader and a.epoch == epoch
-    assert changes == [LeaseState(True, epoch, "a")]
+    await b.step()
+    assert b.state.leader_epoch == epoch == a.state.leader_epoch
+    assert changes == [LeaseState(True, epoch, "a", epoch)]
 
 
 async def test_expired_lease_is_taken_over_with_a_higher_epoch(kv: KeyValue) -> None:
