@@ -84,7 +84,7 @@ class SidecarClient:
             raise RsubOptionError("option sidecar is required to reach the sidecar")
         return cls(
             opts.sidecar,
-            token=opts.sidecar_token,
+            token=opts.sidecar_token.reveal() if opts.sidecar_token is not None else None,
             timeout_s=opts.timeout_ms / 1000,
             tls_ca=opts.sidecar_tls_ca,
             tls_cert=opts.sidecar_tls_cert,

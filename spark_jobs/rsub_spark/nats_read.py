@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from sidecar.config import NatsConfig, NatsTlsConfig, Secret
+from sidecar.config import NatsConfig, NatsTlsConfig
 from sidecar.naming import NamingError, VirtualStream, region_in_stream
 from sidecar.nats import jsapi
 from sidecar.nats.connection import connect_options
@@ -110,8 +110,8 @@ def nats_config(opts: RsubOptions) -> NatsConfig:
     return NatsConfig(
         servers=opts.servers,
         user=opts.user,
-        password=Secret(opts.password) if opts.password is not None else None,
-        token=Secret(opts.token) if opts.token is not None else None,
+        password=opts.password,
+        token=opts.token,
         creds_file=Path(opts.creds_file) if opts.creds_file is not None else None,
         tls=NatsTlsConfig(ca_file=opts.tls_ca, cert_file=opts.tls_cert, key_file=opts.tls_key),
         connect_timeout_s=opts.timeout_ms / 1000,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sidecar.config import Secret
 from sidecar.naming import (
     DEFAULT_READ_STREAM,
     DEFAULT_WRITE_STREAM,
@@ -86,7 +87,7 @@ class RsubOptions:
     region: str | None
     subscription: str | None
     sidecar: str | None
-    sidecar_token: str | None
+    sidecar_token: Secret | None
     # Files on the driver for a TLS channel to the sidecar (none: plaintext).
     sidecar_tls_ca: Path | None
     sidecar_tls_cert: Path | None
@@ -101,8 +102,8 @@ class RsubOptions:
     latest_offset_cache_ms: int
     timeout_ms: int
     user: str | None
-    password: str | None
-    token: str | None
+    password: Secret | None
+    token: Secret | None
     creds_file: str | None
     # Files for TLS to NATS, on the driver and on every executor (none: plaintext).
     tls_ca: Path | None
@@ -121,6 +122,11 @@ class RsubOptions:
         if self.subscription is not None and self.sidecar is not None:
             return StartingOffsets("subscription")
         return StartingOffsets("latest" if streaming else "earliest")
+
+
+def _secret(value: str | None) -> Secret | None:
+    """Credentials stay wrapped: a repr of the options (a traceback, a log) never shows them."""
+    return Secret(value) if value is not None else None
 
 
 def _canonical(key: str) -> str:
@@ -285,7 +291,7 @@ def parse_options(raw: Mapping[str, str]) -> RsubOptions:
         region=region,
         subscription=subscription,
         sidecar=sidecar,
-        sidecar_token=given.get("sidecarToken"),
+        sidecar_token=_secret(given.get("sidecarToken")),
         sidecar_tls_ca=_path(given, "sidecarTlsCa"),
         sidecar_tls_cert=_path(given, "sidecarTlsCert"),
         sidecar_tls_key=_path(given, "sidecarTlsKey"),
@@ -303,8 +309,8 @@ def parse_options(raw: Mapping[str, str]) -> RsubOptions:
         ),
         timeout_ms=_parse_int("timeoutMs", given.get("timeoutMs", "10000"), 1),
         user=given.get("user"),
-        password=given.get("password"),
-        token=given.get("token"),
+        password=_secret(given.get("password")),
+        token=_secret(given.get("token")),
         creds_file=given.get("credsFile"),
         tls_ca=_path(given, "tlsCa"),
         tls_cert=tls_cert,

@@ -158,3 +158,13 @@ def test_read_stream_and_its_pattern_exclude_each_other() -> None:
     given = {**BASE, "readStream": "r", "readStreamPattern": "{name}_all_{region}"}
     with pytest.raises(RsubOptionError, match="readStream and readStreamPattern exclude"):
         parse_options(given)
+
+
+def test_credentials_never_show_in_the_options_repr() -> None:
+    secrets = {"password": "pw-s3cret-1", "sidecarToken": "tok-s3cret-2"}
+    opts = parse_options({**BASE, "user": "svc", **secrets})
+    shown = repr(opts) + str(opts)
+    assert not any(secret in shown for secret in secrets.values())
+    assert opts.password is not None and opts.password.reveal() == "pw-s3cret-1"
+    token_only = parse_options({**BASE, "token": "nats-tok-s3cret-3"})
+    assert "nats-tok-s3cret-3" not in repr(token_only)
