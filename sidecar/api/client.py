@@ -8,6 +8,8 @@ the caller's option (`--tls-ca` for the command line, `sidecarTlsCa` for Spark).
 
 from __future__ import annotations
 
+import re
+import ssl
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,10 +44,14 @@ def open_channel(
         if cert is not None:
             raise ValueError(f"{names.cert} needs {names.ca}")
         return grpc.insecure_channel(address, options=_OPTIONS)
+    root = _read(ca, names.ca)
+    _check_pem(root, ca, names.ca)
+    chain = private = None
+    if cert is not None and key is not None:
+        chain, private = _read(cert, names.cert), _read(key, names.key)
+        _check_pair(cert, key, names)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read(ca, names.ca),
-        private_key=_read(key, names.key) if key is not None else None,
-        certificate_chain=_read(cert, names.cert) if cert is not None else None,
+        root_certificates=root, private_key=private, certificate_chain=chain
     )
     return grpc.secure_channel(address, credentials, options=_OPTIONS)
 
@@ -53,6 +59,30 @@ def open_channel(
 def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     """The metadata of every call: the bearer token when there is one."""
     return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def _check_pem(data: bytes, path: Path, option: str) -> None:
+    """Refuse a CA file that holds no certificate here, naming the option: gRPC would only
+    log a C++ error and report the sidecar as unreachable."""
+    try:
+        ssl.create_default_context().load_verify_locations(cadata=data.decode("ascii"))
+    except (ssl.SSLError, UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{option}: {path} holds no PEM certificate ({_reason(error)})") from None
+
+
+def _check_pair(cert: Path, key: Path, names: TlsOptionNames) -> None:
+    try:
+        ssl.create_default_context().load_cert_chain(cert, key)
+    except ssl.SSLError as error:
+        raise ValueError(
+            f"{names.cert}/{names.key}: {cert} and {key} are not a PEM certificate and its "
+            f"key ({_reason(error)})"
+        ) from None
+
+
+def _reason(error: Exception) -> str:
+    """OpenSSL's words without the source location (`... (_ssl.c:4020)`)."""
+    return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(error)) or error.__class__.__name__
 
 
 def _read(path: Path, option: str) -> bytes:

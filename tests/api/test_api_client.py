@@ -102,6 +102,17 @@ async def test_unusable_tls_files_are_named(
         spark_client(mutual_tls_server, certs, **extra)
 
 
+async def test_a_file_that_is_no_certificate_is_named_not_blamed_on_the_network(
+    mutual_tls_server: GrpcServerHandle, certs: Certs, tmp_path: Path
+) -> None:
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("this is not a certificate\n")
+    with pytest.raises(SidecarError, match="sidecarTlsCa: .* holds no PEM certificate"):
+        spark_client(mutual_tls_server, certs, sidecarTlsCa=str(garbage))
+    with pytest.raises(SidecarError, match="are not a PEM certificate and its key"):
+        spark_client(mutual_tls_server, certs, sidecarTlsKey=str(certs.other_client_key))
+
+
 def test_tls_options_are_parsed_as_paths() -> None:
     base = {"servers": "nats://a:4222", "stream": STREAM, "region": "west"}
     opts = parse_options({**base, "sidecarTLSca": "/etc/rsub/ca.pem"})
