@@ -65,6 +65,16 @@ _SETTINGS = {"on": True, "off": False}
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Options:
+    streams: int
+    durables: int
+    seconds: float
+    progress: list[str]
+    backlog: int
+    backlog_seconds: float
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
@@ -327,16 +337,6 @@ async def backlog_passes(
             await window(west, js, streams, args.backlog_seconds, f"{setting}, backlog, idle")
 
 
-@dataclass(frozen=True)
-class Options:
-    streams: int
-    durables: int
-    seconds: float
-    progress: list[str]
-    backlog: int
-    backlog_seconds: float
-
-
 def settings(text: str) -> list[str]:
     chosen = [s.strip() for s in text.split(",") if s.strip()]
     if not chosen or any(s not in _SETTINGS for s in chosen):
@@ -349,7 +349,9 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--durables", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=30, help="idle and loaded windows")
-    parser.add_argument("--progress", type=settings, default=["on", "off"])
+    parser.add_argument(
+        "--progress", type=settings, default=["on", "off"], help="on, off or on,off (in turn)"
+    )
     parser.add_argument("--backlog", type=int, default=100_000, help="0: no backlog passes")
     parser.add_argument("--backlog-seconds", type=float, default=10)
     args = Options(**vars(parser.parse_args()))
