@@ -1,40 +1,78 @@
-"""CPU and memory of one sidecar with many streams and replicated subscriptions.
+"""CPU and memory of one sidecar with many streams and replicated subscriptions, with
+progress vectors on and off.
 
 Usage: .venv/bin/python bench/bench_sidecar_footprint.py [--streams 100] [--durables 10]
-       [--seconds 30]
+       [--seconds 30] [--progress on,off] [--backlog 100000] [--backlog-seconds 10]
 
 On a local two-region super-cluster, `--streams` virtual streams each get `--durables`
-replicated durables in west; west's and east's sidecars run as `rsub run` processes with a
-1 s snapshot interval. West's sidecar is measured from /proc: CPU seconds (user + system)
-over a window and its resident memory, first idle (no new data: no snapshot starts), then
-with one message per stream per second published in west (every stream snapshots every
-second).
+replicated durables in west, never consumed. For each `--progress` setting in turn, west's
+and east's sidecars run as `rsub run` processes (1 s snapshot interval, `progress.enabled` as
+given) and west's is measured: CPU seconds (user + system, from /proc) over a window, its
+resident memory, snapshots completed per second, and its origin index
+(`rsub_origin_index_bytes` summed over the streams) against the data messages west's read
+streams hold. First idle (no new data: no snapshot starts), then with one message per
+stream per second published in west (every stream snapshots every second).
+
+Then `--backlog` messages are published over the streams, half in west and half in east at
+the same time (west's read streams interleave them as sourcing delivers them), the durables
+still at their start; for each setting in turn both sidecars start again, and west's time to
+rebuild every stream (with progress on, that replays the origins of the whole backlog), the
+data messages it replayed (both from its `runtime_started`, `runtime_ready` and
+`stream_rebuilt` logs), its memory and index, and one idle window are measured.
+
+The settings take turns on one cluster and one set of streams, never at once: the cores are
+shared, so sidecars (or clusters) measured side by side would take CPU from each other, and
+a cluster per setting would add its start-up noise. Both regions run the setting (east's
+vectors reach west only from a sidecar with progress on). A later setting finds the few
+thousand messages and markers the earlier loaded window left, which only its rebuild reads;
+the backlog passes all find the same streams (nothing is published between them).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import nats
 import structlog
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from rsub_dev.cluster import LocalSuperCluster
-from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings
+from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings, wait_until
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
 
 REGIONS = ("west", "east")
 CONCURRENCY = 20
+IN_FLIGHT = 200
+READY_TIMEOUT_S = 600.0
 _TICKS = os.sysconf("SC_CLK_TCK")
+_SETTINGS = {"on": True, "off": False}
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Options:
+    streams: int
+    durables: int
+    seconds: float
+    progress: list[str]
+    backlog: int
+    backlog_seconds: float
 
 
 def cpu_seconds(pid: int) -> float:
@@ -51,46 +89,80 @@ def memory_mib(pid: int) -> dict[str, float]:
     return values
 
 
-async def bounded(jobs: Iterable[Awaitable[object]]) -> None:
+async def bounded(jobs: Iterable[Awaitable[T]]) -> list[T]:
     limit = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(job: Awaitable[object]) -> None:
+    async def one(job: Awaitable[T]) -> T:
         async with limit:
-            await job
+            return await job
 
-    await asyncio.gather(*(one(j) for j in jobs))
+    return await asyncio.gather(*(one(j) for j in jobs))
 
 
-async def snapshots_completed(proc: SidecarProcess) -> float:
+async def metric_total(proc: SidecarProcess, sample: str) -> float:
+    """The sum of `sample` over all its label sets in `proc`'s /metrics."""
     return sum(
         s.value
         for family in text_string_to_metric_families(await proc.metrics_text())
         for s in family.samples
-        if s.name == "rsub_snapshots_completed_total"
+        if s.name == sample
+    )
+
+
+async def data_messages(js: JetStreamContext, streams: Sequence[VirtualStream]) -> int:
+    """The data messages (markers left out) that west's read streams hold."""
+
+    async def one(vs: VirtualStream) -> int:
+        info = await js.stream_info(vs.read_stream("west"), subjects_filter=vs.data_filter())
+        return sum((info.state.subjects or {}).values())
+
+    return sum(await bounded(one(vs) for vs in streams))
+
+
+async def index_figures(
+    proc: SidecarProcess, js: JetStreamContext, streams: Sequence[VirtualStream]
+) -> str:
+    size = await metric_total(proc, "rsub_origin_index_bytes")
+    messages = await data_messages(js, streams)
+    per_message = f"{size / messages:.2f} B/msg" if messages else "no data"
+    return (
+        f"origin index {size / 1024:,.1f} KiB ({size / 24:,.0f} runs) "
+        f"for {messages:,} data msgs ({per_message})"
     )
 
 
 async def window(
-    proc: SidecarProcess, seconds: float, label: str, load: Awaitable[None] | None = None
+    proc: SidecarProcess,
+    js: JetStreamContext,
+    streams: Sequence[VirtualStream],
+    seconds: float,
+    label: str,
+    load: Awaitable[None] | None = None,
 ) -> None:
     task = asyncio.ensure_future(load) if load is not None else None
-    cpu, snaps, started = cpu_seconds(proc.pid), await snapshots_completed(proc), time.monotonic()
+    snapshots = "rsub_snapshots_completed_total"
+    cpu, snaps, started = (
+        cpu_seconds(proc.pid),
+        await metric_total(proc, snapshots),
+        time.monotonic(),
+    )
     await asyncio.sleep(seconds)
     cpu = cpu_seconds(proc.pid) - cpu
-    snaps = await snapshots_completed(proc) - snaps
+    snaps = await metric_total(proc, snapshots) - snaps
     elapsed = time.monotonic() - started
     if task is not None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     mem = memory_mib(proc.pid)
     print(
-        f"{label:>6}: CPU {cpu:6.2f} s in {elapsed:.0f} s ({100 * cpu / elapsed:5.1f} % of a core), "
-        f"RSS {mem['VmRSS']:.0f} MiB (peak {mem['VmHWM']:.0f} MiB), "
-        f"{snaps / elapsed:.1f} snapshots/s completed"
+        f"{label:>20}: CPU {cpu:6.2f} s in {elapsed:.0f} s ({100 * cpu / elapsed:5.1f} % of a "
+        f"core), RSS {mem['VmRSS']:.0f} MiB (peak {mem['VmHWM']:.0f} MiB), "
+        f"{snaps / elapsed:.1f} snapshots/s completed, {await index_figures(proc, js, streams)}",
+        flush=True,
     )
 
 
-async def publish_each_stream(nc: Client, streams: list[VirtualStream]) -> None:
+async def publish_each_stream(nc: Client, streams: Sequence[VirtualStream]) -> None:
     js = nc.jetstream()
     while True:
         started = time.monotonic()
@@ -100,56 +172,193 @@ async def publish_each_stream(nc: Client, streams: list[VirtualStream]) -> None:
         await asyncio.sleep(max(0.0, 1 - (time.monotonic() - started)))
 
 
-async def run(stream_count: int, durables: int, seconds: float, directory: Path) -> None:
-    names = [f"s{i:03d}" for i in range(stream_count)]
-    streams = [VirtualStream(n, REGIONS) for n in names]
-    async with LocalSuperCluster(REGIONS, directory) as cluster:
-        nc = await nats.connect(cluster.servers("west"))
-        procs = [
-            SidecarProcess(
-                sidecar_settings(cluster, r, streams=names, interval_ms=1000, timeout_s=30),
-                directory / r,
+async def publish_backlog(
+    conns: dict[str, Client], streams: Sequence[VirtualStream], count: int
+) -> None:
+    """`count` messages, stream after stream in turn, from every region at the same time."""
+
+    async def region(name: str, share: int) -> None:
+        js = conns[name].jetstream()
+        payload = b"x" * 128
+        for first in range(0, share, IN_FLIGHT):
+            await asyncio.gather(
+                *(
+                    js.publish(streams[i % len(streams)].publish_subject(name, "backlog"), payload)
+                    for i in range(first, min(share, first + IN_FLIGHT))
+                )
             )
-            for r in REGIONS
-        ]
+
+    shares = [count // len(REGIONS) + (i < count % len(REGIONS)) for i in range(len(REGIONS))]
+    await asyncio.gather(*(region(r, n) for r, n in zip(REGIONS, shares, strict=True)))
+
+
+@dataclass(frozen=True)
+class BringUp:
+    """A sidecar's start as its own log tells it."""
+
+    rebuilt_s: float
+    """`runtime_started` -> `runtime_ready`: connected, topology checked, every stream rebuilt
+    (its /readyz answers 200 before the rebuilds, once the lease is known)."""
+    replayed: int
+    """Data messages replayed by the rebuilds (`stream_rebuilt` `data=`)."""
+
+
+def log_events(path: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            events.append(json.loads(line))
+    return events
+
+
+async def brought_up(proc: SidecarProcess) -> BringUp:
+    """Wait until `proc` logs `runtime_ready`; what its log says of the start."""
+
+    async def rebuilt() -> bool:
+        return any(e.get("event") == "runtime_ready" for e in log_events(proc.log_path))
+
+    await wait_until(rebuilt, f"runtime_ready of {proc.region}", READY_TIMEOUT_S, poll_s=0.2)
+    events = log_events(proc.log_path)
+    stamps = {
+        e["event"]: datetime.fromisoformat(e["timestamp"])
+        for e in events
+        if e.get("event") in ("runtime_started", "runtime_ready")
+    }
+    return BringUp(
+        (stamps["runtime_ready"] - stamps["runtime_started"]).total_seconds(),
+        sum(int(e["data"]) for e in events if e.get("event") == "stream_rebuilt"),
+    )
+
+
+@contextlib.asynccontextmanager
+async def sidecars(
+    cluster: LocalSuperCluster, names: Sequence[str], progress: bool, workdir: Path
+) -> AsyncIterator[tuple[SidecarProcess, BringUp]]:
+    """Both regions' sidecars with `progress`, each started once the one before has rebuilt
+    every stream, west first; yields west's and how its start went."""
+    procs = [
+        SidecarProcess(
+            sidecar_settings(
+                cluster,
+                r,
+                streams=names,
+                interval_ms=1000,
+                timeout_s=30,
+                progress=progress,
+                log_level="info",  # for `runtime_ready`, `stream_rebuilt`; none per message
+            ),
+            workdir / r,
+        )
+        for r in REGIONS
+    ]
+    try:
+        started = []
+        for proc in procs:
+            await proc.start()
+            started.append(await brought_up(proc))
+        yield procs[0], started[0]
+    finally:
+        await asyncio.gather(*(p.stop() for p in procs))
+
+
+def started_line(setting: str, west: SidecarProcess, start: BringUp, context: str = "") -> str:
+    mem = memory_mib(west.pid)
+    return (
+        f"progress {setting}{context}: west rebuilt every stream {start.rebuilt_s:.1f} s after "
+        f"it started, replaying {start.replayed:,} data msgs; RSS {mem['VmRSS']:.0f} MiB "
+        f"(peak {mem['VmHWM']:.0f} MiB)"
+    )
+
+
+async def run(args: Options, directory: Path) -> None:
+    names = [f"s{i:03d}" for i in range(args.streams)]
+    streams = [VirtualStream(n, REGIONS) for n in names]
+    bench_started = time.monotonic()
+    async with LocalSuperCluster(REGIONS, directory / "cluster") as cluster:
+        conns = {r: await nats.connect(cluster.servers(r)) for r in REGIONS}
+        js = conns["west"].jetstream()
         try:
             started = time.monotonic()
-            await bounded(apply_topology(nc, vs) for vs in streams)
-            js = nc.jetstream()
+            await bounded(apply_topology(conns["west"], vs) for vs in streams)
             await bounded(
-                js.add_consumer(
-                    vs.read_stream("west"),
-                    durable_config(vs, f"d{d}"),
-                )
+                js.add_consumer(vs.read_stream("west"), durable_config(vs, f"d{d}"))
                 for vs in streams
-                for d in range(durables)
+                for d in range(args.durables)
             )
             print(
-                f"{stream_count} streams x {durables} replicated durables in west set up in "
-                f"{time.monotonic() - started:.0f} s"
+                f"{args.streams} streams x {args.durables} replicated durables in west set up "
+                f"in {time.monotonic() - started:.0f} s",
+                flush=True,
             )
-            for proc in procs:
-                await proc.start()
-                await proc.wait_ready(600)
-            west = procs[0]
-            print(f"sidecars ready after {time.monotonic() - started:.0f} s; measuring west's")
-            await window(west, seconds, "idle")
-            await window(west, seconds, "loaded", publish_each_stream(nc, streams))
+            for setting in args.progress:
+                async with sidecars(cluster, names, _SETTINGS[setting], directory / setting) as (
+                    west,
+                    start,
+                ):
+                    print(started_line(setting, west, start), flush=True)
+                    await window(west, js, streams, args.seconds, f"{setting}, idle")
+                    load = publish_each_stream(conns["west"], streams)
+                    await window(west, js, streams, args.seconds, f"{setting}, loaded", load)
+            if args.backlog > 0:
+                await backlog_passes(args, cluster, conns, streams, directory)
         finally:
-            await asyncio.gather(*(p.stop() for p in procs))
-            await nc.close()
+            await asyncio.gather(*(nc.close() for nc in conns.values()))
+    print(f"bench done in {time.monotonic() - bench_started:.0f} s", flush=True)
+
+
+async def backlog_passes(
+    args: Options,
+    cluster: LocalSuperCluster,
+    conns: dict[str, Client],
+    streams: Sequence[VirtualStream],
+    directory: Path,
+) -> None:
+    js = conns["west"].jetstream()
+    expected = await data_messages(js, streams) + args.backlog
+    started = time.monotonic()
+    await publish_backlog(conns, streams, args.backlog)
+
+    async def arrived() -> bool:
+        return await data_messages(js, streams) >= expected
+
+    await wait_until(arrived, "the backlog in west's read streams", READY_TIMEOUT_S, poll_s=1)
+    print(
+        f"backlog: {args.backlog:,} messages published in west and east and in west's read "
+        f"streams after {time.monotonic() - started:.0f} s; durables still at their start",
+        flush=True,
+    )
+    for setting in args.progress:
+        workdir = directory / f"backlog-{setting}"
+        async with sidecars(cluster, [vs.name for vs in streams], _SETTINGS[setting], workdir) as (
+            west,
+            start,
+        ):
+            print(started_line(setting, west, start, ", backlog"), flush=True)
+            await window(west, js, streams, args.backlog_seconds, f"{setting}, backlog, idle")
+
+
+def settings(text: str) -> list[str]:
+    chosen = [s.strip() for s in text.split(",") if s.strip()]
+    if not chosen or any(s not in _SETTINGS for s in chosen):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected on, off or on,off")
+    return chosen
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--durables", type=int, default=10)
-    parser.add_argument("--seconds", type=float, default=30)
-    args = parser.parse_args()
+    parser.add_argument("--seconds", type=float, default=30, help="idle and loaded windows")
+    parser.add_argument(
+        "--progress", type=settings, default=["on", "off"], help="on, off or on,off (in turn)"
+    )
+    parser.add_argument("--backlog", type=int, default=100_000, help="0: no backlog passes")
+    parser.add_argument("--backlog-seconds", type=float, default=10)
+    args = Options(**vars(parser.parse_args()))
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="bench-footprint-") as tmp:
-        asyncio.run(run(args.streams, args.durables, args.seconds, Path(tmp)))
+        asyncio.run(run(args, Path(tmp)))
 
 
 if __name__ == "__main__":
