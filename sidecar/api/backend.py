@@ -110,6 +110,9 @@ class Readiness:
     """Every configured stream's write/read streams exist as configured."""
     leadership_known: bool
     """The sidecar knows whether it leads (lease acquired, or another holder seen)."""
+    streams_rebuilt: bool = True
+    """Every stream's state is rebuilt from its read stream (markers, and origins with
+    progress vectors on): before that, queries would answer from nothing."""
 
     @property
     def ready(self) -> bool:
@@ -121,6 +124,7 @@ class Readiness:
             "nats_connection": self.connected,
             "topology": self.topology_applied,
             "leadership": self.leadership_known,
+            "streams": self.streams_rebuilt,
         }
         return [name for name, met in conditions.items() if not met]
 

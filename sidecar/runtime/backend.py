@@ -62,6 +62,7 @@ class RuntimeBackend:
             connected=self._handles.conn.connected,
             topology_applied=self._topology_applied,
             leadership_known=lease is not None and lease.known,
+            streams_rebuilt=all(d.machine is not None for d in self._drivers.values()),
         )
 
     async def get_subscription(self, stream: str, subscription: str) -> views.SubscriptionView:
