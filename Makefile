@@ -4,15 +4,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# buf (protobuf lint, format, breaking-change check) from npm, pinned in .tools/package-lock.json.
+TOOLS := .tools
+BUF := $(TOOLS)/node_modules/.bin/buf
+TOOLS_STAMP := $(TOOLS)/node_modules/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock java demo demo-spark test lint proto proto-check chart-check chart-readme unit soak bench clean
+.PHONY: help venv lock java demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme unit soak bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
 	@echo "make demo-spark - the example Spark pipeline through a regional failover"
 	@echo "make test   - set up, lint and run the whole test suite"
 	@echo "make proto  - regenerate Python code from protos/"
+	@echo "make proto-format - format protos/ with buf"
+	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
 	@echo "make soak SECONDS=600 - run the protocol simulation for as long as asked"
 	@echo "make bench  - run the benchmarks under bench/"
@@ -45,6 +51,24 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(BIN)/python protos/generate.py --check
 
+$(TOOLS_STAMP): $(TOOLS)/package.json $(TOOLS)/package-lock.json
+	npm ci --prefix $(TOOLS) --no-audit --no-fund --ignore-scripts
+	touch $(TOOLS_STAMP)
+
+# buf.yaml: lint STANDARD, formatted as `buf format` writes, no breaking change against the
+# released schema in protos/released beyond those listed in protos/accepted-breaks.txt.
+proto-lint: $(STAMP) $(TOOLS_STAMP)
+	$(BUF) lint
+	$(BUF) format --diff --exit-code
+	$(BIN)/python protos/breaking.py --buf $(BUF)
+
+proto-format: $(TOOLS_STAMP)
+	$(BUF) format -w
+
+# On a release: protos/ becomes the baseline of the breaking-change check.
+proto-release: $(STAMP)
+	$(BIN)/python protos/breaking.py --release
+
 # The Helm chart as chart-testing lints it (each ci/*-values.yaml: lint, render, validate)
 # and its README generated from the values' comments.
 chart-check: $(STAMP)
@@ -54,7 +78,7 @@ chart-check: $(STAMP)
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
 
-lint: $(STAMP) proto-check chart-check
+lint: $(STAMP) proto-check proto-lint chart-check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -76,4 +100,4 @@ bench: $(STAMP)
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS)/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -17,12 +17,14 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
+# The schema; protos/released holds the last released copy, for `buf breaking` only.
+SOURCES = PROTOS / "rsub"
 PACKAGE = "sidecar._gen"
 IMPORT_RE = re.compile(r"^from rsub\.v1 import ", re.MULTILINE)
 
 
 def generate(out: Path) -> None:
-    sources = sorted(str(p.relative_to(PROTOS)) for p in PROTOS.rglob("*.proto"))
+    sources = sorted(str(p.relative_to(PROTOS)) for p in SOURCES.rglob("*.proto"))
     args = [
         "protoc",
         f"-I{PROTOS}",

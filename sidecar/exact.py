@@ -3,11 +3,11 @@
 After a failover to region `b`, the sidecar of `b` has moved a replicated durable to `P_b`:
 every data message at or below `P_b` was consumed in some region. Messages consumed elsewhere
 that reached `b`'s read stream later lie above `P_b` and are delivered again. The
-subscription's progress vector (`GetSubscription` -> `SubscriptionState.progress`, origin
-region -> highest origin sequence consumed) names them exactly: a message whose
-`Nats-Stream-Source` says origin `o`, sequence `s` is *covered* when `s <= progress[o]`, and a
-covered message was consumed somewhere. `ExactConsumer` acks and drops covered messages and
-hands over the rest, so each message is consumed once.
+subscription's progress vector (`GetSubscriptionResponse.progress`, origin region -> highest
+origin sequence consumed) names them exactly: a message whose `Nats-Stream-Source` says
+origin `o`, sequence `s` is *covered* when `s <= progress[o]`, and a covered message was
+consumed somewhere. `ExactConsumer` acks and drops covered messages and hands over the rest,
+so each message is consumed once.
 
 Read the vector ONCE, when the consumer starts in `b` after the failover, and keep it:
 - it stays right: covered means consumed somewhere, which never stops being true, so a

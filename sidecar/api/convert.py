@@ -2,10 +2,14 @@
 
 The server converts views to messages; the CLI converts the messages it receives back to
 views, so both ends share one schema. On the wire, a missing time is 0 and a missing age or
-count is -1 (as api.proto documents); in views all are `None`.
+count is -1 (as api.proto documents); in views all are `None`. `GetSubscriptionResponse` and
+`WatchSubscriptionResponse` have the fields of `SubscriptionState`, so one conversion serves
+the three.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 from sidecar._gen.rsub.v1 import api_pb2
 from sidecar.api.backend import (
@@ -22,6 +26,13 @@ _NO_TIME = 0
 _NO_AGE = -1
 _NO_COUNT = -1
 
+_SubscriptionMessage = TypeVar(
+    "_SubscriptionMessage",
+    api_pb2.SubscriptionState,
+    api_pb2.GetSubscriptionResponse,
+    api_pb2.WatchSubscriptionResponse,
+)
+
 
 def _to_wire(value: int | None, missing: int) -> int:
     return missing if value is None else value
@@ -31,8 +42,11 @@ def _from_wire(value: int, missing: int) -> int | None:
     return None if value == missing else value
 
 
-def subscription_to_proto(view: SubscriptionView) -> api_pb2.SubscriptionState:
-    return api_pb2.SubscriptionState(
+def subscription_to_proto(
+    view: SubscriptionView, message: type[_SubscriptionMessage]
+) -> _SubscriptionMessage:
+    """`view` as a `message` (`SubscriptionState` or an RPC's response with its fields)."""
+    return message(
         stream=view.stream,
         subscription=view.subscription,
         kind=view.kind.value,
@@ -59,7 +73,7 @@ def subscription_to_proto(view: SubscriptionView) -> api_pb2.SubscriptionState:
     )
 
 
-def subscription_from_proto(msg: api_pb2.SubscriptionState) -> SubscriptionView:
+def subscription_from_proto(msg: _SubscriptionMessage) -> SubscriptionView:
     return SubscriptionView(
         stream=msg.stream,
         subscription=msg.subscription,

@@ -107,13 +107,15 @@ class _CursorService(api_pb2_grpc.CursorServiceServicer):  # type: ignore[misc]
             require_name("stream", request.stream),
             require_name("subscription", request.subscription),
         )
-        return convert.subscription_to_proto(view)
+        return convert.subscription_to_proto(view, api_pb2.GetSubscriptionResponse)
 
     @_unary
     async def ListSubscriptions(self, request: Any) -> Any:
         views = await self._backend.list_subscriptions(require_name("stream", request.stream))
         return api_pb2.ListSubscriptionsResponse(
-            subscriptions=[convert.subscription_to_proto(v) for v in views]
+            subscriptions=[
+                convert.subscription_to_proto(v, api_pb2.SubscriptionState) for v in views
+            ]
         )
 
     @_unary
@@ -132,7 +134,7 @@ class _CursorService(api_pb2_grpc.CursorServiceServicer):  # type: ignore[misc]
                 require_name("subscription", request.subscription),
             )
             async for view in views:
-                yield convert.subscription_to_proto(view)
+                yield convert.subscription_to_proto(view, api_pb2.WatchSubscriptionResponse)
         except Exception as error:
             await _abort_for(context, error, "WatchSubscription")
 
@@ -164,7 +166,9 @@ class _AdminService(api_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         stream = require_name("stream", request.stream)
         subscription = require_name("subscription", request.subscription)
         view = await self._backend.set_replicated(stream, subscription, request.replicated)
-        return api_pb2.SetReplicatedResponse(subscription=convert.subscription_to_proto(view))
+        return api_pb2.SetReplicatedResponse(
+            subscription=convert.subscription_to_proto(view, api_pb2.SubscriptionState)
+        )
 
 
 class _BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]

@@ -51,6 +51,7 @@ async def test_get_subscription_returns_backend_view(
     reply = await cursor.GetSubscription(
         api_pb2.GetSubscriptionRequest(stream=STREAM, subscription=SUBSCRIPTION)
     )
+    assert isinstance(reply, api_pb2.GetSubscriptionResponse)
     assert convert.subscription_from_proto(reply) == backend.subscriptions[STREAM][SUBSCRIPTION]
     assert reply.kind == "durable"
     assert reply.applied[0].from_region == "east"
@@ -243,6 +244,7 @@ async def test_watch_subscription_streams_changes(
         api_pb2.WatchSubscriptionRequest(stream=STREAM, subscription=SUBSCRIPTION)
     )
     first = await asyncio.wait_for(call.read(), 10)
+    assert isinstance(first, api_pb2.WatchSubscriptionResponse)
     assert first.mark_delete == 41
     await cursor.CommitCursor(
         api_pb2.CommitCursorRequest(stream=STREAM, subscription=SUBSCRIPTION, sequence=77)

@@ -47,10 +47,10 @@ def sidecars(cluster: LocalSuperCluster) -> RegionSidecars:
     )
 
 
-async def state_in(runtime: Runtime) -> api_pb2.SubscriptionState:
+async def state_in(runtime: Runtime) -> api_pb2.GetSubscriptionResponse:
     """The durable's `GetSubscription` answer from `runtime`'s gRPC server."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runtime.grpc_port}") as channel:
-        state: api_pb2.SubscriptionState = await api_pb2_grpc.CursorServiceStub(
+        state: api_pb2.GetSubscriptionResponse = await api_pb2_grpc.CursorServiceStub(
             channel
         ).GetSubscription(api_pb2.GetSubscriptionRequest(stream=STREAM, subscription=DURABLE))
         return state

@@ -329,7 +329,7 @@ def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_of
     for region in ("west", "east"):
         above = [r["origin_sequence"] for r in every if r["origin_region"] == region]
         progress[region] = above[len(above) // 2]
-    state = api_pb2.SubscriptionState(
+    state = api_pb2.GetSubscriptionResponse(
         stream=name, subscription="billing", mark_delete=position, progress=progress
     )
     sidecar = StateServer([state])

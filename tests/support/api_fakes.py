@@ -4,9 +4,9 @@
 runtime because these tests check the API layer alone (validation, status codes, auth, TLS,
 health, conversions); end-to-end tests with NATS live with the runtime.
 
-`StateServer` is a real gRPC server answering `GetSubscription` with `SubscriptionState`
-messages given as they go on the wire, for clients of fields the backend views do not carry
-(the progress vector read by the exact client and the Spark source).
+`StateServer` is a real gRPC server answering `GetSubscription` with messages given as they go
+on the wire, for clients of fields the backend views do not carry (the progress vector read by
+the exact client and the Spark source), and for a server built on the released schema.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar._gen.rsub.v1 import api_pb2
 from sidecar.api.backend import (
     AppliedUpdateView,
     Readiness,
@@ -33,6 +33,7 @@ from sidecar.api.backend import (
     SubscriptionView,
 )
 from sidecar.api.errors import FailedPrecondition, NotFound, NotLeader, Unavailable
+from sidecar.api.grpc_server import CURSOR_SERVICE
 from sidecar.protocol import SubscriptionKind
 
 STREAM = "orders"
@@ -193,25 +194,33 @@ class MemoryBackend:
         return await self._store(dataclasses.replace(view, replicated=replicated))
 
 
-class _FixedStates(api_pb2_grpc.CursorServiceServicer):  # type: ignore[misc]
-    def __init__(self, states: dict[tuple[str, str], api_pb2.SubscriptionState]) -> None:
-        self._states = states
-
-    def GetSubscription(self, request: Any, context: grpc.ServicerContext) -> Any:
-        state = self._states.get((request.stream, request.subscription))
-        if state is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {request.subscription!r}")
-        return state
-
-
 class StateServer:
     """A real gRPC server (plain, on its own threads) whose CursorService answers
-    GetSubscription with `states`, NOT_FOUND for others; every other call is UNIMPLEMENTED."""
+    GetSubscription with the message of `states` for its stream and subscription, NOT_FOUND
+    for others; every other call is UNIMPLEMENTED. Each message goes on the wire as it is
+    encoded: a `SubscriptionState` answers as a server built on the released schema does
+    (GetSubscription answered SubscriptionState before it had a response message of its own).
+    """
 
-    def __init__(self, states: Iterable[api_pb2.SubscriptionState]) -> None:
+    def __init__(
+        self, states: Iterable[api_pb2.GetSubscriptionResponse | api_pb2.SubscriptionState]
+    ) -> None:
+        by_name = {(s.stream, s.subscription): s for s in states}
+
+        def get_subscription(request: Any, context: grpc.ServicerContext) -> Any:
+            state = by_name.get((request.stream, request.subscription))
+            if state is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"subscription {request.subscription!r}")
+            return state
+
+        handler = grpc.unary_unary_rpc_method_handler(
+            get_subscription,
+            request_deserializer=api_pb2.GetSubscriptionRequest.FromString,
+            response_serializer=lambda message: message.SerializeToString(),
+        )
         self._server = grpc.server(ThreadPoolExecutor(max_workers=2))
-        api_pb2_grpc.add_CursorServiceServicer_to_server(
-            _FixedStates({(s.stream, s.subscription): s for s in states}), self._server
+        self._server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler(CURSOR_SERVICE, {"GetSubscription": handler})]
         )
         port = self._server.add_insecure_port("127.0.0.1:0")
         self._server.start()

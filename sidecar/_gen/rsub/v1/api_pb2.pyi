@@ -97,6 +97,54 @@ class GetSubscriptionRequest(_message.Message):
     subscription: str
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
+class GetSubscriptionResponse(_message.Message):
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position")
+    class ProgressEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ProgressSentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    MARK_DELETE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SNAPSHOT_LOCAL_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPDATE_SENT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    CACHED_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    MARK_DELETE_READ_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_EXPOSURE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_SENT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    subscription: str
+    kind: str
+    replicated: bool
+    mark_delete: int
+    last_snapshot_id: str
+    last_snapshot_local: int
+    last_update_sent_unix_ms: int
+    applied: _containers.RepeatedCompositeFieldContainer[AppliedUpdate]
+    cached_snapshots: int
+    mark_delete_read_unix_ms: int
+    progress: _containers.ScalarMap[str, int]
+    failover_exposure: int
+    progress_sent: _containers.ScalarMap[str, int]
+    progress_sent_position: int
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ...) -> None: ...
+
 class ListSubscriptionsRequest(_message.Message):
     __slots__ = ("stream",)
     STREAM_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +176,54 @@ class WatchSubscriptionRequest(_message.Message):
     stream: str
     subscription: str
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class WatchSubscriptionResponse(_message.Message):
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position")
+    class ProgressEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ProgressSentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    MARK_DELETE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SNAPSHOT_LOCAL_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPDATE_SENT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    CACHED_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    MARK_DELETE_READ_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_EXPOSURE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_SENT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    subscription: str
+    kind: str
+    replicated: bool
+    mark_delete: int
+    last_snapshot_id: str
+    last_snapshot_local: int
+    last_update_sent_unix_ms: int
+    applied: _containers.RepeatedCompositeFieldContainer[AppliedUpdate]
+    cached_snapshots: int
+    mark_delete_read_unix_ms: int
+    progress: _containers.ScalarMap[str, int]
+    failover_exposure: int
+    progress_sent: _containers.ScalarMap[str, int]
+    progress_sent_position: int
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ...) -> None: ...
 
 class CommitCursorRequest(_message.Message):
     __slots__ = ("stream", "subscription", "sequence")

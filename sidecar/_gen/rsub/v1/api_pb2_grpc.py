@@ -37,7 +37,7 @@ class CursorServiceStub:
         self.GetSubscription = channel.unary_unary(
                 '/rsub.v1.CursorService/GetSubscription',
                 request_serializer=rsub_dot_v1_dot_api__pb2.GetSubscriptionRequest.SerializeToString,
-                response_deserializer=rsub_dot_v1_dot_api__pb2.SubscriptionState.FromString,
+                response_deserializer=rsub_dot_v1_dot_api__pb2.GetSubscriptionResponse.FromString,
                 _registered_method=True)
         self.ListSubscriptions = channel.unary_unary(
                 '/rsub.v1.CursorService/ListSubscriptions',
@@ -52,7 +52,7 @@ class CursorServiceStub:
         self.WatchSubscription = channel.unary_stream(
                 '/rsub.v1.CursorService/WatchSubscription',
                 request_serializer=rsub_dot_v1_dot_api__pb2.WatchSubscriptionRequest.SerializeToString,
-                response_deserializer=rsub_dot_v1_dot_api__pb2.SubscriptionState.FromString,
+                response_deserializer=rsub_dot_v1_dot_api__pb2.WatchSubscriptionResponse.FromString,
                 _registered_method=True)
         self.CommitCursor = channel.unary_unary(
                 '/rsub.v1.CursorService/CommitCursor',
@@ -100,7 +100,7 @@ def add_CursorServiceServicer_to_server(servicer, server):
             'GetSubscription': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSubscription,
                     request_deserializer=rsub_dot_v1_dot_api__pb2.GetSubscriptionRequest.FromString,
-                    response_serializer=rsub_dot_v1_dot_api__pb2.SubscriptionState.SerializeToString,
+                    response_serializer=rsub_dot_v1_dot_api__pb2.GetSubscriptionResponse.SerializeToString,
             ),
             'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSubscriptions,
@@ -115,7 +115,7 @@ def add_CursorServiceServicer_to_server(servicer, server):
             'WatchSubscription': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchSubscription,
                     request_deserializer=rsub_dot_v1_dot_api__pb2.WatchSubscriptionRequest.FromString,
-                    response_serializer=rsub_dot_v1_dot_api__pb2.SubscriptionState.SerializeToString,
+                    response_serializer=rsub_dot_v1_dot_api__pb2.WatchSubscriptionResponse.SerializeToString,
             ),
             'CommitCursor': grpc.unary_unary_rpc_method_handler(
                     servicer.CommitCursor,
@@ -149,7 +149,7 @@ class CursorService:
             target,
             '/rsub.v1.CursorService/GetSubscription',
             rsub_dot_v1_dot_api__pb2.GetSubscriptionRequest.SerializeToString,
-            rsub_dot_v1_dot_api__pb2.SubscriptionState.FromString,
+            rsub_dot_v1_dot_api__pb2.GetSubscriptionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -230,7 +230,7 @@ class CursorService:
             target,
             '/rsub.v1.CursorService/WatchSubscription',
             rsub_dot_v1_dot_api__pb2.WatchSubscriptionRequest.SerializeToString,
-            rsub_dot_v1_dot_api__pb2.SubscriptionState.FromString,
+            rsub_dot_v1_dot_api__pb2.WatchSubscriptionResponse.FromString,
             options,
             channel_credentials,
             insecure,
