@@ -107,7 +107,7 @@ async def test_a_file_that_is_no_certificate_is_named_not_blamed_on_the_network(
 ) -> None:
     garbage = tmp_path / "ca.pem"
     garbage.write_text("this is not a certificate\n")
-    with pytest.raises(SidecarError, match="sidecarTlsCa: .* holds no PEM certificate"):
+    with pytest.raises(SidecarError, match=r"sidecarTlsCa: .* holds no PEM certificate"):
         spark_client(mutual_tls_server, certs, sidecarTlsCa=str(garbage))
     with pytest.raises(SidecarError, match="are not a PEM certificate and its key"):
         spark_client(mutual_tls_server, certs, sidecarTlsKey=str(certs.other_client_key))
