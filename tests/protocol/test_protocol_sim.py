@@ -5,15 +5,18 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rsub_dev.sim import MachineFactory, SimParams, SimResult, run
+from rsub_dev.sim import MachineFactory, SimParams, SimResult, World, run
+from rsub_dev.sim.world import Data, _SimConsumer
 from sidecar.protocol import Output, StreamMachine
 from sidecar.protocol.machine import _Attempt
 from sidecar.protocol.markers import MAX_POSITION
+from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 
 
 def _check(result: SimResult) -> None:
@@ -50,6 +53,15 @@ def test_many_seeded_safety_runs() -> None:
         "vectors_checked",
         "vector_moves",
         "duplicates_native",
+        # The edge cases of DESIGN §7 happened (test_checker_tells_edge_cases_from_loss
+        # shows that each kind of excused skip happens too).
+        "dedup_drops",
+        "vectors_over_duplicates",
+        "removed_w",
+        "removed_q",
+        "passed_removed_here",
+        "resets",
+        "replayed",
     ):
         assert totals[key] > 0, (key, totals)
 
@@ -207,8 +219,33 @@ BUSY_OUTAGE = SimParams(
 )
 
 
+class ForgetsTrimPoint(StreamMachine):
+    """Trims where it should but forgets where: a vector read after its user reset the
+    consumer below that point names trimmed messages above `M`."""
+
+    def _trim_index(self) -> None:
+        super()._trim_index()
+        self._index.trimmed_through = 0
+
+
+# Busy enough for the indexes to be trimmed, users resetting consumers backwards: the sidecar
+# moves a reset consumer forward again (docs/operations.md), not always past its trim point.
+BUSY_RESETS = dataclasses.replace(
+    BUSY_OUTAGE, chaos_ms=12_000, outage_ms=0, consume_batch=75, resets=True
+)
+
+
 def _drawn(regions: int | None) -> Callable[[int], SimParams]:
     return lambda seed: SimParams.draw(random.Random(seed ^ 0x5EED), regions=regions)
+
+
+def _with(**changes: Any) -> Callable[[int], SimParams]:
+    """Drawn parameters with some replaced."""
+    return lambda seed: dataclasses.replace(SimParams.draw(random.Random(seed ^ 0x5EED)), **changes)
+
+
+# Every edge case of DESIGN §7 on.
+_edges = _with(duplicates=0.2, write_max_age_ms=800, read_max_age_ms=1_000, resets=True)
 
 
 @pytest.mark.parametrize(
@@ -222,6 +259,10 @@ def _drawn(regions: int | None) -> Callable[[int], SimParams]:
         (PositionFromOwnOrigin, _drawn(None), ("loss",)),
         (TrimsUnrecorded, _drawn(None), ("claim 1", "loss")),
         (TrimsAtIndexEnd, lambda _: BUSY_OUTAGE, ("vector liveness",)),
+        (ForgetsTrimPoint, lambda _: BUSY_RESETS, ("claim 1", "loss")),
+        # Nothing but the documented reasons is excused: with every edge case on, a machine
+        # skipping messages never consumed is still caught.
+        (PositionFromOwnOrigin, _edges, ("loss", "never consumed")),
     ],
 )
 def test_simulator_catches_broken_variant(
@@ -236,6 +277,87 @@ def test_simulator_catches_broken_variant(
             assert len(result.trace) > 10
             return
     pytest.fail(f"{factory.__name__}: no violation in 100 seeds")
+
+
+# ---- the checker itself: each edge case really happens and is told apart from loss ---------
+
+
+class PhysicalCopies(World):
+    """Counts consumption per copy instead of per logical message (id)."""
+
+    def _identity(self, data: Data) -> int:
+        return data.id
+
+
+class NoExcuse(World):
+    """Excuses no skip of a message never consumed, removed by limits or not."""
+
+    def _excuse(self, sub: _SimConsumer, data: Data) -> str | None:
+        return None
+
+
+class HomeOnlyRemoval(World):
+    """Counts a removal as passed only under the consumer being read (the home)."""
+
+    def _passed_removed(self, sub: _SimConsumer, region: str, data: Data) -> None:
+        if region == sub.home:
+            super()._passed_removed(sub, region, data)
+
+
+class FeedsSnapshotMarkers(World):
+    """A runtime that indexes the local snapshot markers too (no source header)."""
+
+    def _data_entries(self, region: str, after: int, end: int) -> list[DataEntry]:
+        marks = [
+            DataEntry(seq, UNKNOWN_ORIGIN, 0)
+            for seq in self.local_marks[region]
+            if after < seq <= end
+        ]
+        entries = super()._data_entries(region, after, end) + marks
+        return sorted(entries, key=lambda e: e.read_seq)
+
+
+@pytest.mark.parametrize(
+    ("world", "params", "symptoms"),
+    [
+        # Proof case 2 happens: vectors cover copies never consumed whose twins were.
+        (
+            PhysicalCopies,
+            _with(duplicates=0.2, write_max_age_ms=0, read_max_age_ms=0),
+            ("loss", "never consumed"),
+        ),
+        # Skips of messages that never reached a read stream happen, and are told from loss.
+        (
+            NoExcuse,
+            _with(write_max_age_ms=800, read_max_age_ms=0),
+            ("loss", "never consumed", "skips"),
+        ),
+        # Skips of messages removed under a consumer happen, and are told from loss.
+        (
+            NoExcuse,
+            _with(write_max_age_ms=0, read_max_age_ms=1_000),
+            ("loss", "never consumed", "skips"),
+        ),
+        # A known limit of the documented rule (docs/protocol.md §6): a consumer left behind
+        # by a failover, or a move by a restarted sidecar, passes removed messages nobody
+        # consumed; its vector then skips them in the live home, where they are not removed.
+        (
+            HomeOnlyRemoval,
+            _with(write_max_age_ms=0, read_max_age_ms=1_000),
+            ("loss", "never consumed", "skips"),
+        ),
+        (FeedsSnapshotMarkers, _drawn(None), ("fed to data_indexed",)),
+    ],
+)
+def test_checker_tells_edge_cases_from_loss(
+    world: type[World], params: Callable[[int], SimParams], symptoms: tuple[str, ...]
+) -> None:
+    for seed in range(100):
+        result = world(seed, params(seed)).run()
+        if result.violation:
+            assert any(s in result.violation for s in symptoms), result.report()
+            return
+    pytest.fail(f"{world.__name__}: no violation in 100 seeds")
 
 
 def test_partial_snapshot_is_also_caught_by_the_data_property() -> None:
