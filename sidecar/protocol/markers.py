@@ -10,6 +10,7 @@ for the server's de-duplication when it is published.
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -205,8 +206,8 @@ def marker_msg_id(marker: Marker) -> str:
     """The `Nats-Msg-Id` of a marker: unique to its content, so a retried publish is stored once.
 
     Ids are global across regions and streams: a request or snapshot id already names its
-    region, a response names its responder, an update its subscription, snapshot (or writer)
-    and the position its progress was read at.
+    region, a response names its responder, an update its subscription, snapshot (or writer),
+    and the position its progress was read at with a digest of the progress itself.
     """
     body, prefix = marker.body, f"rsub.{marker.stream}"
     if isinstance(body, Request):
@@ -218,7 +219,11 @@ def marker_msg_id(marker: Marker) -> str:
     at = body.snapshot_id if body.snapshot_id is not None else marker.region
     if not body.progress_position:
         return f"{prefix}.upd.{body.subscription}.{at}"
-    return f"{prefix}.upd.{body.subscription}.{at}.at{body.progress_position}"
+    # The vector read at one position grows while the origin index catches up: an id
+    # without it would make the server drop the larger vector as a duplicate.
+    progress = ",".join(f"{o}={s}" for o, s in sorted(body.progress.items()))
+    digest = hashlib.blake2s(progress.encode(), digest_size=8).hexdigest()
+    return f"{prefix}.upd.{body.subscription}.{at}.at{body.progress_position}.{digest}"
 
 
 def _validate(msg: pb.Marker, stream: str, regions: Collection[str]) -> Marker:

@@ -18,6 +18,7 @@ from sidecar.protocol import (
     UpdateApplied,
     decode,
     encode,
+    marker_msg_id,
 )
 from sidecar.protocol.origins import DataEntry
 
@@ -178,3 +179,20 @@ def test_with_progress_off_vectors_are_neither_sent_nor_applied() -> None:
     assert b.marker_seen(7, Marker("a", STREAM, 1, vector_only)) == []
     b.subscriptions_changed(SUBS)
     assert updates(b.positions_read({"d": 6}, 6)) == []
+
+
+def test_a_vector_that_grew_at_the_same_position_gets_its_own_message_id() -> None:
+    """The origin index may lag: at one mark-delete the vector grows as it catches up. The
+    write stream de-duplicates by `Nats-Msg-Id`, so the ids must differ or the larger
+    vector is dropped while the sender believes it sent."""
+    a = machine("a")
+    a.data_indexed(Q_A[:3])
+    a.tick(1_000)
+    (first,) = updates(a.positions_read({"d": 6}, 6))
+    a.data_indexed(Q_A[3:])
+    a.tick(2_000)
+    (second,) = updates(a.positions_read({"d": 6}, 6))
+    assert isinstance(first.body, Update) and isinstance(second.body, Update)
+    assert first.body.progress_position == second.body.progress_position == 6
+    assert first.body.progress != second.body.progress
+    assert marker_msg_id(first) != marker_msg_id(second)
