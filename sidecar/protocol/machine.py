@@ -736,16 +736,19 @@ class StreamMachine:
         out: list[Output] = [
             UpdateApplied(name, origin, body.snapshot_id if position else None, position, progress)
         ]
-        self._reconcile(name, sub, out)
+        # A vector alone moves an existing subscription at the next positions read: at most
+        # one move per interval however many updates arrive (a move is several requests).
+        self._reconcile(name, sub, out, progress=position is not None or not sub.exists)
         return out
 
-    def _reconcile(self, name: str, sub: _Sub, out: list[Output]) -> None:
+    def _reconcile(self, name: str, sub: _Sub, out: list[Output], *, progress: bool = True) -> None:
         """Carry out applied updates: create if absent, move forward only, to the further of
-        the snapshot's position and the position the progress vector covers."""
+        the snapshot's position and the position the progress vector covers (`progress=False`:
+        the snapshot's only; the vector's waits for the next positions read)."""
         if not self._leader:
             return
         target = sub.target
-        if sub.progress and (not sub.exists or sub.mark_delete is not None):
+        if progress and sub.progress and (not sub.exists or sub.mark_delete is not None):
             after = sub.mark_delete if sub.exists and sub.mark_delete is not None else 0
             covered = self._position_for(sub.progress, after)
             if covered is not None and (not sub.exists or covered > after):

@@ -95,6 +95,7 @@ class StreamDriver:
         self._effects = Effects(vs, handles, self.subscriptions)
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
         self._tail_seq = 0
+        self._positions_queued = False
         self._data_seq = 0
         self._data = _Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
         self._stopping = False
@@ -272,12 +273,24 @@ class StreamDriver:
         interval_s = self._config.interval_ms / 1000
         while not self._stopping:
             await asyncio.sleep(interval_s)
-            if self._handles.conn.connected:
+            # While the machine has not taken the last read (its jobs are slow: moves in a
+            # degraded cluster take a second each), a newer read would only queue up behind it.
+            if self._handles.conn.connected and not self._positions_queued:
                 try:
-                    self.post(self.positions_input(await self.read_positions()))
+                    self._post_positions(await self.read_positions())
                 except (TimeoutError, NatsError, OSError) as err:
                     log.warning("positions_read_failed", stream=self.vs.name, error=repr(err))
             self.post(partial(StreamMachine.tick, now_ms=now_ms()))
+
+    def _post_positions(self, positions: Mapping[str, int]) -> None:
+        apply = self.positions_input(positions)
+
+        def taken(machine: StreamMachine) -> list[Output]:
+            self._positions_queued = False
+            return apply(machine)
+
+        self._positions_queued = True
+        self.post(taken)
 
     def stop(self) -> None:
         """Let the loops end at their next turn (the root cancels them as well)."""

@@ -83,7 +83,10 @@ def test_applying_moves_to_the_last_position_every_message_below_is_covered() ->
     out = b.marker_seen(7, marker)
     applied = [o for o in out if isinstance(o, UpdateApplied)]
     assert applied and applied[0].position is None
-    # b1 b2 a1 a2 c1 covered; a3 (at 6) is not.
+    # A vector alone moves at the next positions read (one move per interval at most)...
+    assert [o for o in out if isinstance(o, MoveConsumer)] == []
+    out = b.positions_read({"d": 0}, 6)
+    # ... to the end of what it covers: b1 b2 a1 a2 c1 covered; a3 (at 6) is not.
     assert [o for o in out if isinstance(o, MoveConsumer)] == [MoveConsumer("d", 5)]
     view = b.subscription("d")
     assert view is not None and dict(view.progress) == {"a": 2, "b": 2, "c": 1}

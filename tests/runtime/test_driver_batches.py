@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from sidecar.api.metrics import SidecarMetrics
+from sidecar.config import NatsConfig
+from sidecar.naming import VirtualStream
+from sidecar.nats.connection import NatsConnection
+from sidecar.protocol import MachineConfig, StreamMachine
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
-from sidecar.runtime.driver import _Backlog, _Batches
+from sidecar.runtime.driver import StreamDriver, _Backlog, _Batches
+from sidecar.runtime.handles import RegionHandles
 
 
 async def test_entries_go_on_per_full_batch_or_after_the_wait() -> None:
@@ -40,3 +48,37 @@ def test_the_backlog_gives_back_what_it_took_in_order() -> None:
         backlog.add(entry)
     assert len(backlog) == 4
     assert list(backlog.entries()) == entries
+
+
+async def test_a_positions_read_waits_while_the_last_one_is_still_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The machine takes jobs one by one; when they are slow (moves in a degraded cluster),
+    the tick loop must not pile reads behind them: one read waits in the queue at most."""
+    vs = VirtualStream("orders", ("west", "east"))
+    conn = NatsConnection(NatsConfig(servers=("nats://127.0.0.1:1",)), name="test")
+    conn.connected = True
+    driver = StreamDriver(
+        vs,
+        MachineConfig("west", "orders", vs.regions, interval_ms=10),
+        RegionHandles("west", conn),
+        SidecarMetrics(),
+    )
+    reads = 0
+
+    async def read_positions() -> dict[str, int]:
+        nonlocal reads
+        reads += 1
+        return {}
+
+    monkeypatch.setattr(driver, "read_positions", read_positions)
+    ticking = asyncio.create_task(driver.tick())
+    await asyncio.sleep(0.2)  # about 20 intervals, and nobody drives the machine
+    assert reads == 1
+    driver.machine = StreamMachine(MachineConfig("west", "orders", vs.regions))
+    driving = asyncio.create_task(driver.drive())
+    await asyncio.sleep(0.2)
+    assert reads > 5  # taken at once now: a read every interval
+    driver.stop()
+    for task in (ticking, driving):
+        task.cancel()
