@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nats
@@ -42,6 +42,7 @@ from rsub_dev.sidecars import (
     read_stored,
     wait_until,
 )
+from rsub_dev.workload import Workload
 from sidecar.api.backend import SnapshotView
 from sidecar.api.errors import NotFound
 from sidecar.config import NatsConfig
@@ -55,10 +56,7 @@ DURABLE = "billing"
 FAILED_REGION = "west"
 TAKEOVER_REGION = "east"
 PUBLISH_BATCH = 500
-_FETCH_BATCH = 100
-_FETCH_WAIT_S = 0.25
 _STEP_TIMEOUT_S = 60.0
-ACK_TIMEOUT_S = 10.0
 
 
 class Progress:
@@ -225,86 +223,6 @@ def print_table(results: Sequence[RegionResult], regions: Sequence[str]) -> None
 # ---- phase 2: failover ------------------------------------------------------------------
 
 
-@dataclass
-class Producer:
-    """Publishes `<region>-<n>` at a steady rate; only acknowledged messages count as published."""
-
-    nc: NATS
-    vs: VirtualStream
-    region: str
-    rate_per_s: float
-    confirmed: list[bytes] = field(default_factory=list)
-    unconfirmed: list[bytes] = field(default_factory=list)
-    stopped: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def run(self) -> None:
-        js = self.nc.jetstream()
-        subject = self.vs.publish_subject(self.region, "created")
-        period = 1 / self.rate_per_s
-        n = 0
-        next_at = time.monotonic()
-        # Stopped by the event: on Python 3.11 a cancel can be swallowed by nats-py's wait_for.
-        while not self.stopped.is_set():
-            n += 1
-            payload = f"{self.region}-{n}".encode()
-            try:
-                await js.publish(subject, payload, timeout=2)
-            except (NatsError, TimeoutError):
-                self.unconfirmed.append(payload)
-            except asyncio.CancelledError:
-                self.unconfirmed.append(payload)
-                raise
-            else:
-                self.confirmed.append(payload)
-            next_at += period
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-
-
-@dataclass(frozen=True)
-class Delivery:
-    payload: bytes
-    region: str
-    read_seq: int
-    stored_unix_ms: int
-    """When the message was stored in the consumer's read stream (its arrival there)."""
-    at: float
-    """time.monotonic() of the delivery."""
-
-
-@dataclass
-class Consumer:
-    """The application: fetches from the durable, processes (records), acks each message."""
-
-    deliveries: list[Delivery] = field(default_factory=list)
-    region: str | None = None
-
-    async def run(self, nc: NATS, vs: VirtualStream, region: str) -> None:
-        """Consume in `region` until `region` is changed (see `Producer.stopped`)."""
-        self.region = region
-        js = nc.jetstream()
-        sub = await js.pull_subscribe_bind(DURABLE, stream=vs.read_stream(region))
-        while self.region == region:
-            try:
-                msgs = await sub.fetch(_FETCH_BATCH, timeout=_FETCH_WAIT_S)
-            except TimeoutError:
-                continue
-            for msg in msgs:
-                meta = msg.metadata
-                self.deliveries.append(
-                    Delivery(
-                        msg.data,
-                        region,
-                        meta.sequence.stream,
-                        int(meta.timestamp.timestamp() * 1000),
-                        time.monotonic(),
-                    )
-                )
-                await msg.ack_sync(timeout=ACK_TIMEOUT_S)
-
-    def in_region(self, region: str) -> list[Delivery]:
-        return [d for d in self.deliveries if d.region == region]
-
-
 @dataclass(frozen=True)
 class FailoverReport:
     published: dict[str, int]
@@ -326,41 +244,6 @@ class FailoverReport:
     @property
     def ok(self) -> bool:
         return not self.lost and self.duplicates <= self.bound
-
-
-class Workload:
-    """Producers in every region and the `billing` consumer, as tasks stopped at exit."""
-
-    def __init__(self, ncs: dict[str, NATS], vs: VirtualStream, rate_per_s: float) -> None:
-        self.producers = {r: Producer(ncs[r], vs, r, rate_per_s) for r in vs.regions}
-        self.consumer = Consumer()
-        self._vs = vs
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def __aenter__(self) -> Workload:
-        self._tasks += [asyncio.create_task(p.run()) for p in self.producers.values()]
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        for producer in self.producers.values():
-            producer.stopped.set()
-        self.consumer.region = None
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def consume_in(self, nc: NATS, region: str) -> None:
-        """Move the consumer to `region` (the previous fetch loop ends)."""
-        self._tasks.append(asyncio.create_task(self.consumer.run(nc, self._vs, region)))
-
-    def stop_producer(self, region: str) -> None:
-        self.producers[region].stopped.set()
-
-    def status(self, phase: str) -> str:
-        sent = " ".join(f"{r} {len(p.confirmed)}" for r, p in self.producers.items())
-        by_region = Counter(d.region for d in self.consumer.deliveries)
-        got = " ".join(f"{r} {n}" for r, n in by_region.items())
-        return f"{phase}: published {sent} | consumed {got}"
 
 
 async def create_billing(nc: NATS, vs: VirtualStream, region: str) -> None:
@@ -389,13 +272,13 @@ async def failover(
     try:
         async with (
             RegionSidecars(cluster, streams=[vs.name], interval_ms=interval_ms) as sidecars,
-            Workload(ncs, vs, rate_per_s) as work,
+            Workload(ncs, vs, rate_per_s, (DURABLE,)) as work,
         ):
             west, east = sidecars[FAILED_REGION], sidecars[TAKEOVER_REGION]
             progress.show("sidecars ready and leading in every region")
             progress.done()
             await create_billing(ncs[FAILED_REGION], vs, FAILED_REGION)
-            producers, consumer = work.producers, work.consumer
+            producers, consumer = work.producers, work.consumers[DURABLE]
             work.consume_in(ncs[FAILED_REGION], FAILED_REGION)
             status = work.status
 
