@@ -36,13 +36,23 @@ ENV_PREFIX = "RSUB_"
 BUCKET_RE = re.compile(r"[A-Za-z0-9_-]+")
 _NATS_URL_RE = re.compile(r"(nats|tls|ws|wss)://([^/?#@]+@)?[^/?#@:]+(:\d+)?/?")
 _JETSTREAM_MAX_REPLICAS = 5
+# A URL's user info: from after `scheme://` (or the start of a scheme-less `user:pw@host`) to
+# the last `@` before a blank, quote, comma or bracket (a password may hold a raw `@` or `/`).
+_USERINFO_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)?[^\s'\",()\[\]{}<>]*@")
+
+
+def hide_userinfo(text: str) -> str:
+    """`text` with the user info of every URL in it (`nats://user:password@host`, also
+    without a scheme) shown as `***`: server URLs may carry a password."""
+    return _USERINFO_RE.sub(lambda m: f"{m[1] or ''}***@", text)
 
 
 class ConfigError(ValueError):
-    """The configuration is invalid; `problems` holds one `key.path: problem` line each."""
+    """The configuration is invalid; `problems` holds one `key.path: problem` line each, with
+    any URL user info hidden (a problem may quote a server URL)."""
 
     def __init__(self, problems: list[str], source: str | None = None) -> None:
-        self.problems = list(problems)
+        self.problems = [hide_userinfo(problem) for problem in problems]
         where = f" in {source}" if source else ""
         count = len(self.problems)
         header = f"invalid configuration{where} ({count} problem{'s' if count != 1 else ''}):"

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,12 +22,17 @@ from nats.aio.client import Client
 from sidecar.config import NatsConfig, NatsTlsConfig, Secret
 from sidecar.logs import configure_logging
 from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM, VirtualStream
-from sidecar.nats.connection import NatsRefused, connect_options, refusal, refused
+from sidecar.nats.connection import (
+    NatsRefused,
+    connect_options,
+    refusal,
+    refused,
+    shown_servers,
+)
 from sidecar.nats.topology import TopologyError, TopologyReport, apply_topology
 
 PASSWORD_ENV = "NATS_PASSWORD"
 TOKEN_ENV = "NATS_TOKEN"
-_USERINFO = re.compile(r"//[^/@]*@")
 
 
 class NatsUnreachable(ConnectionError):
@@ -120,11 +124,6 @@ def nats_config(args: argparse.Namespace, env: Mapping[str, str]) -> NatsConfig:
     )
 
 
-def _shown(config: NatsConfig) -> str:
-    """The servers for messages, without any user:password written into a URL."""
-    return ",".join(_USERINFO.sub("//***@", url) for url in config.servers)
-
-
 async def _connect(config: NatsConfig) -> Client:
     """Connects, or raises NatsRefused or NatsUnreachable naming the cause (never a secret)."""
     errors: list[Exception] = []
@@ -143,7 +142,9 @@ async def _connect(config: NatsConfig) -> Client:
         if reason is not None:
             raise refused(config, reason) from None
         cause = errors[-1] if errors else exc
-        raise NatsUnreachable(f"cannot reach NATS at {_shown(config)}: {cause!r}") from None
+        raise NatsUnreachable(
+            f"cannot reach NATS at {shown_servers(config.servers)}: {cause!r}"
+        ) from None
 
 
 def format_report(report: TopologyReport) -> str:
@@ -204,7 +205,10 @@ def run_apply(args: argparse.Namespace) -> int:
         print(f"rsub topology apply: {exc}", file=sys.stderr)
         return 1
     except (OSError, nats.errors.Error) as exc:
-        print(f"rsub topology apply: NATS at {_shown(config)} failed: {exc!r}", file=sys.stderr)
+        print(
+            f"rsub topology apply: NATS at {shown_servers(config.servers)} failed: {exc!r}",
+            file=sys.stderr,
+        )
         return 1
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import ParseResult
 
@@ -32,7 +32,7 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.manager import JetStreamManager
 
-from sidecar.config import NatsConfig, NatsTlsConfig
+from sidecar.config import NatsConfig, NatsTlsConfig, hide_userinfo
 
 log = structlog.get_logger(__name__)
 
@@ -96,6 +96,11 @@ def server_address(url: ParseResult | None) -> str | None:
         host = f"[{host}]"
     port = f":{url.port}" if url.port is not None else ""
     return f"{url.scheme}://{host}{port}"
+
+
+def shown_servers(servers: Iterable[str]) -> str:
+    """Server URLs for messages, comma-separated, their user info (passwords) hidden."""
+    return hide_userinfo(",".join(servers))
 
 
 class NatsRefused(ConnectionError):

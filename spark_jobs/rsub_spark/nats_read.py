@@ -27,7 +27,7 @@ from nats.js.errors import NotFoundError
 from sidecar.config import NatsConfig, NatsTlsConfig
 from sidecar.naming import NamingError, VirtualStream, region_in_stream
 from sidecar.nats import jsapi
-from sidecar.nats.connection import connect_options
+from sidecar.nats.connection import connect_options, shown_servers
 from spark_jobs.rsub_spark.options import RsubOptions
 from spark_jobs.rsub_spark.rows import EPOCH, MICROSECOND, Record, rfc3339_micros
 
@@ -136,9 +136,10 @@ async def connect(opts: RsubOptions) -> NATS:
     try:
         return await nats.connect(**options, error_cb=remember)
     except Exception as exc:
-        servers = ",".join(opts.servers)
         cause = errors[-1] if errors else exc
-        raise RsubReadError(f"cannot connect to NATS servers {servers}: {cause!r}") from exc
+        raise RsubReadError(
+            f"cannot connect to NATS servers {shown_servers(opts.servers)}: {cause!r}"
+        ) from exc
 
 
 def _origins(opts: RsubOptions, sources: list[Any] | None) -> VirtualStream | None:
@@ -161,7 +162,7 @@ async def stream_bounds(nc: NATS, opts: RsubOptions) -> StreamBounds:
     except NotFoundError:
         raise RsubReadError(
             f"read stream {opts.read_stream!r} (virtual stream {opts.stream!r}) not found on "
-            f"{','.join(opts.servers)}"
+            f"{shown_servers(opts.servers)}"
         ) from None
     state = info.state
     return StreamBounds(

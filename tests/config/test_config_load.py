@@ -13,6 +13,7 @@ from sidecar.config import (
     Config,
     ConfigError,
     Secret,
+    hide_userinfo,
     load_config,
     split_host_port,
 )
@@ -335,6 +336,29 @@ def test_secrets_never_shown() -> None:
     problems = problems_of(data)
     assert "grpc.auth_token: expected a string, got int" in problems
     assert "123456789" not in "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("nats://svc:pw@h:4222", "nats://***@h:4222"),
+        ("nats://svc:p@ss/w@h:4222", "nats://***@h:4222"),  # raw '@' and '/' in the password
+        ("svc:pw@h:4222", "***@h:4222"),  # nats-py accepts URLs without a scheme
+        ("nats://a:b@h1,tls://c:d@h2", "nats://***@h1,tls://***@h2"),
+        ("['nats://a:b@h1', '[ws://c@h2]']", "['nats://***@h1', '[ws://***@h2]']"),
+        ("nats://h1:4222,nats://h2", "nats://h1:4222,nats://h2"),
+    ],
+)
+def test_hide_userinfo(text: str, shown: str) -> None:
+    assert hide_userinfo(text) == shown
+
+
+def test_a_server_url_with_a_password_is_never_echoed() -> None:
+    data = minimal()
+    data["nats"]["servers"] = ["nats://svc:hunter2-url@127.0.0.1:42x"]
+    problems = problems_of(data, {"RSUB_GRPC__LISTEN": "nats://svc:hunter2-env@h"})
+    assert "nats.servers: invalid server URL(s) ['nats://***@127.0.0.1:42x']" in problems[0]
+    assert "hunter2" not in "\n".join(problems)
 
 
 def test_secrets_not_in_logs() -> None:

@@ -6,9 +6,7 @@ variables, exit codes and what it prints are what an operator sees.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
 from pathlib import Path
 
 import nats
@@ -16,11 +14,11 @@ import pytest
 
 from tests.support.api_fakes import Certs
 from tests.support.nats_servers import LoneServer
+from tests.support.rsub_process import rsub_command
 
 pytestmark = pytest.mark.integration
 
 _USERS = {"authorization": {"users": [{"user": "ops", "password": "t0pology-pw"}]}}
-_REPO = Path(__file__).resolve().parents[2]
 # The command reads secrets from these: the test sets them itself or not at all.
 _CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("NATS_PASSWORD", "NATS_TOKEN")}
 
@@ -30,21 +28,7 @@ async def rsub_topology_apply(
 ) -> tuple[int, str, str]:
     """Runs `rsub topology apply` for `orders` over west and east; (exit code, stdout, stderr)."""
     argv = ["topology", "apply", "--servers", url, "--regions", "west,east", "--stream", "orders"]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sidecar.cli",
-        *argv,
-        "--no-placement",
-        *flags,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=_REPO,
-        env={**_CLEAN_ENV, **(env or {})},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await rsub_command(*argv, "--no-placement", *flags, env={**_CLEAN_ENV, **(env or {})})
 
 
 async def stream_names(url: str, **options: object) -> set[str]:

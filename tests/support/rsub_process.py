@@ -1,4 +1,5 @@
-"""`rsub run` as a real child process: start it, wait until it is ready, stop it."""
+"""`rsub` as a real child process: `rsub run` started, waited on until ready, stopped; any
+other command run to completion."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import yaml
 
 from rsub_dev.ports import free_ports
 
+_REPO = Path(__file__).resolve().parents[2]
+
 
 async def run_rsub(*args: str, env: Mapping[str, str] | None = None) -> asyncio.subprocess.Process:
     """`rsub run ARGS` with this process's environment, or exactly `env` if given."""
@@ -27,6 +30,31 @@ async def run_rsub(*args: str, env: Mapping[str, str] | None = None) -> asyncio.
         stderr=asyncio.subprocess.PIPE,
         env=env,
     )
+
+
+async def rsub_command(
+    *argv: str, env: Mapping[str, str] | None = None, timeout_s: float = 60
+) -> tuple[int, str, str]:
+    """Run `rsub ARGV` from the repository to completion (environment as for `run_rsub`);
+    returns (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "sidecar.cli",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=_REPO,
+        env=env,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 async def ready(url: str) -> bool:
@@ -55,9 +83,12 @@ async def stop_once_ready(proc: asyncio.subprocess.Process, http_port: int) -> b
     return stdout
 
 
-def write_sidecar_config(directory: Path, nats: Mapping[str, Any]) -> tuple[Path, int]:
+def write_sidecar_config(
+    directory: Path, nats: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+) -> tuple[Path, int]:
     """A `west` sidecar configuration (regions west and east, stream `orders`, JSON logs, free
-    gRPC and HTTP ports) with the given `nats` section; returns its path and the HTTP port."""
+    gRPC and HTTP ports) with the given `nats` section and top-level `overrides` (whole
+    sections); returns its path and the HTTP port."""
     grpc_port, http_port = free_ports(2)
     path = directory / "sidecar.yaml"
     config = {
@@ -68,6 +99,7 @@ def write_sidecar_config(directory: Path, nats: Mapping[str, Any]) -> tuple[Path
         "grpc": {"listen": f"127.0.0.1:{grpc_port}"},
         "http": {"listen": f"127.0.0.1:{http_port}"},
         "log": {"format": "json"},
+        **(overrides or {}),
     }
     path.write_text(yaml.safe_dump(config))
     return path, http_port
