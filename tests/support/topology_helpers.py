@@ -10,6 +10,7 @@ from typing import Any
 
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import ServiceUnavailableError
 
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 
@@ -43,7 +44,13 @@ async def read_all(nc: Client, vs: VirtualStream, stream: str, filter_subject: s
     out: list[Stored] = []
     try:
         while (pending := (await sub.consumer_info()).num_pending or 0) > 0:
-            for m in await sub.fetch(batch=min(pending, 500), timeout=5):
+            try:
+                msgs = await sub.fetch(batch=min(pending, 500), timeout=5)
+            except ServiceUnavailableError:
+                # 503: a consumer just created in another region is not serving yet.
+                await asyncio.sleep(0.2)
+                continue
+            for m in msgs:
                 headers = m.headers or {}
                 source = headers.get(SOURCE_HEADER)
                 out.append(
