@@ -1,0 +1,102 @@
+"""The Grafana dashboard and the alert rules the chart ships: every query names metrics and
+labels the sidecar really exports (checked against a real `SidecarMetrics` registry)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import promql_parser
+
+from tests.support.promql_check import (
+    exported_series,
+    labels_below,
+    legend_labels,
+    problems,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "rsub-sidecar"
+DASHBOARD = CHART / "dashboards" / "rsub.json"
+# Grafana's own variables, as the dashboard uses them, by what they stand for in a query.
+GRAFANA_VARIABLES = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
+
+
+def grafana_to_promql(query: str) -> str:
+    """A panel query with its `$variables` replaced: intervals by durations, the
+    dashboard's own variables (label values) by a regex matching anything."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: GRAFANA_VARIABLES.get(m.group(1), ".*"), query)
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(panel title, expr, legend) of every target."""
+    return [
+        (panel["title"], target["expr"], target.get("legendFormat", ""))
+        for panel in panels(dashboard)
+        for target in panel.get("targets", [])
+    ]
+
+
+def test_every_dashboard_query_names_exported_metrics_and_labels() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    series = exported_series()
+    queries = dashboard_queries(dashboard)
+    assert len(queries) >= 15
+    found = {}
+    for title, expr, legend in queries:
+        promql = grafana_to_promql(expr)
+        trouble = problems(promql, series)
+        absent = legend_labels(legend) - labels_below(promql_parser.parse(promql), series)
+        if trouble or absent:
+            found[title] = [*trouble, *(f"legend shows absent label {a!r}" for a in absent)]
+    assert found == {}
+
+
+def test_dashboard_variables_query_exported_labels() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    series = exported_series()
+    variables = [v for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert {v["name"] for v in variables} == {"job", "stream"}
+    for variable in variables:
+        match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", variable["query"]["query"])
+        assert match, variable["query"]
+        selector = grafana_to_promql(match.group(1))
+        assert problems(selector, series) == []
+        assert match.group(2) in labels_below(promql_parser.parse(selector), series)
+
+
+def test_the_checks_catch_a_wrong_metric_or_label() -> None:
+    series = exported_series()
+    assert problems('rsub_updates_applied_total{origin="east"}', series) == []
+    assert problems("rsub_updates_applied{}", series) == ["no metric 'rsub_updates_applied'"]
+    assert problems('rsub_updates_sent_total{origin="east"}', series) == [
+        "rsub_updates_sent_total has no label 'origin'"
+    ]
+    assert problems("sum by (reason) (rsub_updates_sent_total)", series) == [
+        "grouping by absent label 'reason'"
+    ]
+
+
+def test_docs_dashboard_is_the_charts(helm_tool: ModuleType) -> None:
+    assert (ROOT / "docs" / "grafana-dashboard.json").read_text() == DASHBOARD.read_text()
+    values = helm_tool.load_values([CHART / "ci" / "full-values.yaml"])
+    rendered = helm_tool.render(CHART, values, name="rsub-central", namespace="rsub")
+    (config_map,) = [
+        obj
+        for _path, obj in helm_tool.manifests(rendered)
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"].endswith("-dashboard")
+    ]
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "rsub"
+    assert config_map["metadata"]["annotations"]["grafana_folder"] == "NATS"
+    assert json.loads(config_map["data"]["rsub.json"]) == json.loads(DASHBOARD.read_text())
