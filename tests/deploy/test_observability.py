@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import promql_parser
+import pytest
 
 from tests.support.promql_check import (
     exported_series,
@@ -100,3 +101,69 @@ def test_docs_dashboard_is_the_charts(helm_tool: ModuleType) -> None:
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "rsub"
     assert config_map["metadata"]["annotations"]["grafana_folder"] == "NATS"
     assert json.loads(config_map["data"]["rsub.json"]) == json.loads(DASHBOARD.read_text())
+
+
+# ---- the alert rules (PrometheusRule) --------------------------------------------------------
+
+API_DOCS = ROOT / "docs" / "api.md"
+
+
+def rendered_rules(helm_tool: ModuleType, values_file: str, **rule_values: Any) -> list[Any]:
+    values = helm_tool.load_values([CHART / "ci" / values_file])
+    values["prometheusRule"] = {**values.get("prometheusRule", {}), "enabled": True, **rule_values}
+    rendered = helm_tool.render(CHART, values, name="rsub-central", namespace="rsub")
+    (rule,) = [obj for _p, obj in helm_tool.manifests(rendered) if obj["kind"] == "PrometheusRule"]
+    (group,) = rule["spec"]["groups"]
+    rules: list[Any] = group["rules"]
+    return rules
+
+
+def documented_alerts() -> dict[str, tuple[str, str]]:
+    """docs/api.md's "Suggested alerts": alert -> (expression, for)."""
+    rows = re.findall(
+        r"^\| `(Rsub\w+)` \| `([^`]+)` \| *(\S*) *\|", API_DOCS.read_text(), re.MULTILINE
+    )
+    return {name: (expr, for_) for name, expr, for_ in rows}
+
+
+def test_rules_are_the_documented_alerts(helm_tool: ModuleType) -> None:
+    documented = documented_alerts()
+    assert len(documented) >= 11
+    rendered = {
+        rule["alert"]: (str(promql_parser.parse(rule["expr"])), rule.get("for", ""))
+        for rule in rendered_rules(helm_tool, "minimal-values.yaml")
+    }
+    assert rendered == {
+        name: (str(promql_parser.parse(expr)), for_) for name, (expr, for_) in documented.items()
+    }
+
+
+@pytest.mark.parametrize("values_file", ["minimal-values.yaml", "full-values.yaml"])
+def test_every_rule_names_exported_metrics_and_labels(
+    helm_tool: ModuleType, values_file: str
+) -> None:
+    series = exported_series()
+    rules = rendered_rules(helm_tool, values_file)
+    found = {}
+    for rule in rules:
+        expr = promql_parser.parse(rule["expr"])
+        shown = set(re.findall(r"\$labels\.(\w+)", rule["annotations"]["summary"]))
+        trouble = [
+            *problems(rule["expr"], series),
+            *(f"summary shows absent label {a!r}" for a in shown - labels_below(expr, series)),
+        ]
+        if trouble:
+            found[rule["alert"]] = trouble
+    assert found == {}
+    assert all(rule["labels"]["severity"] in ("warning", "critical") for rule in rules)
+
+
+def test_rule_thresholds_come_from_values(helm_tool: ModuleType) -> None:
+    rules = {
+        rule["alert"]: rule["expr"]
+        for rule in rendered_rules(
+            helm_tool, "minimal-values.yaml", originSilentSeconds=45, replayGapMessages=7
+        )
+    }
+    assert rules["RsubOriginSilent"] == "rsub_origin_last_marker_age_seconds > 45"
+    assert rules["RsubReplayGapHigh"] == "rsub_subscription_replay_gap_messages > 7"
