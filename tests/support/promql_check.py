@@ -110,7 +110,8 @@ def firing(
 ) -> set[Labels]:
     """The label sets an alert expression returns, evaluated on two scrapes of one sidecar
     `seconds` apart (they stand for the range of rate/increase). `threshold` replaces the
-    number of every comparison (thresholds scaled to a test's timings). Evaluates what the
+    number of the alert's own comparison (the first: `a` of `a and b`), to scale it to a
+    test's timings. Evaluates what the
     rules use: `v OP n`, `rate|increase(v[r]) OP n`, `a and b`, `max|min|sum by|without (...)`;
     anything else (histogram_quantile, ...) raises ValueError."""
 
@@ -120,7 +121,7 @@ def firing(
         wanted = {(m.name, m.value) for m in node.matchers.matchers}
         return {ls: v for (n, ls), v in scrape.items() if n == node.name and wanted <= ls}
 
-    def vector(node: promql_parser.Expr) -> dict[Labels, float]:
+    def vector(node: promql_parser.Expr, scaled: bool = False) -> dict[Labels, float]:
         if isinstance(node, promql_parser.VectorSelector):
             return selected(node, end)
         if isinstance(node, promql_parser.Call) and node.func.name in ("rate", "increase"):
@@ -145,15 +146,15 @@ def firing(
             return {group: AGGREGATIONS[str(node.op)](vs) for group, vs in groups.items()}
         if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "and":
             right = vector(node.rhs)
-            return {ls: v for ls, v in vector(node.lhs).items() if ls in right}
+            return {ls: v for ls, v in vector(node.lhs, scaled).items() if ls in right}
         if (
             isinstance(node, promql_parser.BinaryExpr)
             and str(node.op) in COMPARISONS
             and isinstance(node.rhs, promql_parser.NumberLiteral)
         ):
-            limit = node.rhs.val if threshold is None else threshold
+            limit = threshold if scaled and threshold is not None else node.rhs.val
             compare = COMPARISONS[str(node.op)]
             return {ls: v for ls, v in vector(node.lhs).items() if compare(v, limit)}
         raise ValueError(f"not evaluated here: {node}")
 
-    return set(vector(promql_parser.parse(expr)))
+    return set(vector(promql_parser.parse(expr), scaled=True))
