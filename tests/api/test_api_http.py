@@ -16,6 +16,7 @@ from sidecar.api.backend import Readiness
 from sidecar.api.http_server import HttpServerHandle, start_http_server
 from sidecar.api.metrics import SidecarMetrics
 from tests.support.api_fakes import MemoryBackend
+from tests.support.metrics_kit import touch_every_metric
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
@@ -129,19 +130,7 @@ async def test_metrics_speak_openmetrics_to_a_scraper_that_asks(
 
 def test_every_documented_metric_is_exported(metrics: SidecarMetrics) -> None:
     documented = set(re.findall(r"^\| `(rsub_[a-z_]+)`", DOCS.read_text(), re.MULTILINE))
-    metrics.snapshot_started("s")
-    metrics.snapshot_completed("s", 0.05)
-    metrics.snapshot_timed_out("s")
-    metrics.update_sent("s")
-    metrics.update_applied("s", "east")
-    metrics.marker_rejected("s", "stale_epoch")
-    metrics.marker_seen("s", "east")
-    metrics.set_replay_gap("s", "billing", "east", 12)
-    metrics.set_failover_exposure("s", "billing", 4)
-    metrics.set_origin_index_bytes("s", 48)
-    metrics.data_unknown_origin("s")
-    metrics.set_leader(False, 3)
-    metrics.set_nats_connected(False)
+    touch_every_metric(metrics)
     # Names as queried: counters with their _total suffix, histograms by their base name;
     # the process_* figures are prometheus_client's own (docs/api.md names them as a group).
     exported = {

@@ -39,12 +39,16 @@ def minimal(helm_tool: ModuleType, **changes: Any) -> dict[str, Any]:
 
 
 def objects(helm_tool: ModuleType, values: dict[str, Any], release: str) -> dict[str, Any]:
-    """kind -> object (one of each kind in this chart)."""
+    """kind -> object (one of each kind in this chart); the optional Grafana dashboard's
+    ConfigMap is under "ConfigMap/dashboard"."""
     rendered = helm_tool.render(CHART, values, name=release, namespace="rsub")
     found: dict[str, Any] = {}
     for _path, obj in helm_tool.manifests(rendered):
-        assert obj["kind"] not in found, f"two objects of kind {obj['kind']}"
-        found[obj["kind"]] = obj
+        key = obj["kind"]
+        if obj["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboard":
+            key = f"{key}/dashboard"
+        assert key not in found, f"two objects of kind {key}"
+        found[key] = obj
     return found
 
 
