@@ -6,12 +6,15 @@ exact client (`sidecar.exact.ExactConsumer`); `Workload` runs one producer per r
 consumer per durable as tasks. `ReadStreamLedger` reads what a read stream holds through a
 plain durable of its own: unlike `read_stored` (an ordered consumer), its fetches need no
 JetStream meta leader, so it still reads a region left alone after the others were lost.
-`wait_settled` waits until a sidecar's view of some subscriptions stops changing.
+`wait_settled` waits until a sidecar's view of some subscriptions stops changing;
+`lose_region` loses a whole region at once and `uncovered` counts deliveries no progress
+vector covers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -22,9 +25,10 @@ from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
-from rsub_dev.sidecars import wait_until
+from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.sidecars import RegionSidecars, wait_until
 from sidecar.api.backend import SubscriptionView
-from sidecar.exact import ExactConsumer
+from sidecar.exact import ExactConsumer, covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.runtime import Runtime
 
@@ -78,6 +82,8 @@ class Delivery:
     """When the message was stored in the consumer's read stream (its arrival there)."""
     at: float
     """time.monotonic() of the delivery."""
+    origin: tuple[str, int] | None
+    """Origin region and sequence there (None: no usable `Nats-Stream-Source`)."""
 
 
 @dataclass
@@ -111,6 +117,7 @@ class Consumer:
                 continue
             for msg in msgs:
                 meta = msg.metadata
+                header = (msg.headers or {}).get(SOURCE_HEADER)
                 self.deliveries.append(
                     Delivery(
                         msg.data,
@@ -118,6 +125,7 @@ class Consumer:
                         meta.sequence.stream,
                         int(meta.timestamp.timestamp() * 1000),
                         time.monotonic(),
+                        vs.origin_of(header) if header else None,
                     )
                 )
                 await msg.ack_sync(timeout=ACK_TIMEOUT_S)
@@ -128,6 +136,11 @@ class Consumer:
 
     def in_region(self, region: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.region == region]
+
+    def uncovered(self, region: str, progress: Mapping[str, int]) -> int:
+        """Deliveries in `region` that `progress` does not cover: what an exact client
+        elsewhere would receive again after the loss of `region` (docs/protocol.md §6)."""
+        return sum(1 for d in self.in_region(region) if not covered(d.origin, progress))
 
     def duplicates(self) -> int:
         """Deliveries of a message received before."""
@@ -199,6 +212,22 @@ class Workload:
         return f"{phase}: published {sent} | consumed {got}"
 
 
+async def lose_region(
+    cluster: LocalSuperCluster,
+    sidecars: RegionSidecars,
+    work: Workload,
+    ncs: dict[str, Client],
+    region: str,
+) -> None:
+    """All of `region` at once: servers killed, its producer and sidecar stopped, its client
+    closed and removed from `ncs`."""
+    await cluster.stop_region(region)
+    work.stop_producer(region)
+    await sidecars.stop(region)
+    with contextlib.suppress(OSError):  # nats-py, closing a client that is reconnecting
+        await ncs.pop(region).close()
+
+
 @dataclass(frozen=True)
 class Held:
     """A data message a read stream holds: its sequence there, origin (None: unknown) and
@@ -250,6 +279,16 @@ class ReadStreamLedger:
 
     def payloads(self) -> set[bytes]:
         return {h.payload for h in self.held}
+
+    async def holding(self, wanted: Collection[bytes], what: str, timeout_s: float) -> set[bytes]:
+        """Wait until the read stream holds `wanted`; every payload it holds then."""
+
+        async def holds() -> bool:
+            await self.catch_up()
+            return set(wanted) <= self.payloads()
+
+        await wait_until(holds, what, timeout_s)
+        return self.payloads()
 
 
 async def wait_settled(

@@ -17,16 +17,14 @@ everything consumed during the outage. Each run has a cluster of its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass
 
 import pytest
-from nats.aio.client import Client
 
-from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
+from rsub_dev.cluster import ClusterFactory
 from rsub_dev.sidecars import RegionSidecars, wait_until
-from rsub_dev.workload import ReadStreamLedger, Workload, wait_settled
+from rsub_dev.workload import ReadStreamLedger, Workload, lose_region, wait_settled
 from sidecar.api.errors import NotFound
 from sidecar.exact import progress_of
 from sidecar.naming import VirtualStream
@@ -72,21 +70,6 @@ class Outcome:
 _OUTCOMES: dict[bool, Outcome] = {}
 
 
-async def lose(
-    cluster: LocalSuperCluster,
-    sidecars: RegionSidecars,
-    work: Workload,
-    nc: dict[str, Client],
-    region: str,
-) -> None:
-    """All of `region` at once: servers killed, its producer and sidecar stopped."""
-    await cluster.stop_region(region)
-    work.stop_producer(region)
-    await sidecars.stop(region)
-    with contextlib.suppress(OSError):  # nats-py, closing a client that is reconnecting
-        await nc.pop(region).close()
-
-
 async def in_east(east: Runtime) -> bool:
     """Whether east's sidecar knows both durables (an update from west created them)."""
     for durable in (NATIVE, EXACT):
@@ -113,17 +96,6 @@ async def final_vectors_in_east(sidecars: RegionSidecars, work: Workload) -> Non
             return dict((await east.get_subscription(STREAM, durable)).progress) == vector
 
         await wait_until(received, f"{vector} for {durable} in east", DEADLINE_S)
-
-
-async def held_by(ledger: ReadStreamLedger, wanted: set[bytes], where: str) -> set[bytes]:
-    """Wait until the ledger's read stream holds `wanted`; every payload it holds then."""
-
-    async def holds() -> bool:
-        await ledger.catch_up()
-        return wanted <= ledger.payloads()
-
-    await wait_until(holds, where, DEADLINE_S)
-    return ledger.payloads()
 
 
 def consumed_by_all(work: Workload, expected: set[bytes]) -> bool:
@@ -155,7 +127,7 @@ async def outage(make_cluster: ClusterFactory, *, progress: bool) -> Outcome:
                 return time.monotonic() - started >= WARM_UP_S and await in_east(sidecars["east"])
 
             await wait_until(warm, "both durables in east", DEADLINE_S)
-            await lose(cluster, sidecars, work, nc, "central")
+            await lose_region(cluster, sidecars, work, nc, "central")
             before_outage = len(work.consumers[NATIVE].deliveries)
             await asyncio.sleep(OUTAGE_S - SPIKE_S)
             await cluster.set_link_delay("west", "east", SPIKE_S)
@@ -174,10 +146,10 @@ async def outage(make_cluster: ClusterFactory, *, progress: bool) -> Outcome:
                 for d in c.deliveries
                 if not d.payload.startswith(b"central-")
             }
-            await held_by(ledger, from_west_or_east, "east to hold what west consumed")
+            await ledger.holding(from_west_or_east, "east to hold what west consumed", DEADLINE_S)
             views = await wait_settled(sidecars["east"], STREAM, (NATIVE, EXACT), SETTLED_S)
             exposure = views[NATIVE].failover_exposure
-            await lose(cluster, sidecars, work, nc, "west")
+            await lose_region(cluster, sidecars, work, nc, "west")
 
             vector = await progress_of(f"127.0.0.1:{sidecars['east'].grpc_port}", STREAM, EXACT)
             work.consume_in(nc["east"], "east", {EXACT: vector})
@@ -185,7 +157,7 @@ async def outage(make_cluster: ClusterFactory, *, progress: bool) -> Outcome:
             work.stop_producer("east")
             # What east can ever deliver: everything its read stream holds.
             own = set(work.producers["east"].confirmed)
-            expected = await held_by(ledger, own, "east's own messages in east")
+            expected = await ledger.holding(own, "east's own messages in east", DEADLINE_S)
 
             async def consumed() -> bool:
                 return consumed_by_all(work, expected)
