@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js.errors import APIError
 
 from sidecar.nats import jsapi
@@ -39,6 +40,8 @@ _DEFAULT_TIMEOUT_S = 5.0
 # How long a move may hold its consumer paused: the few requests of one move, with room for
 # clock skew between rsub and the server (the pause ends by itself if rsub dies meanwhile).
 _MOVE_PAUSE_S = 10.0
+# A pause answers in milliseconds when the meta leader is there; without one, give up soon.
+_PAUSE_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -183,9 +186,10 @@ async def move_forward(
     # acks unanswered). Paused, the consumer delivers nothing, so the re-check under the pause
     # still holds when the reset lands. A consumer its user paused delivers nothing either,
     # and is left paused. If rsub dies inside the window the pause lapses by itself.
-    paused_here = not info.get("paused", False)
-    if paused_here:
-        await _pause(nc, stream, durable, timeout_s)
+    # A pause is a configuration change, which needs the JetStream meta leader; a region
+    # that lost it (most regions down) can still reset. Then the move goes on unpaused: the
+    # race can only rewind a consumer (duplicates), never move it past unconsumed data.
+    paused_here = not info.get("paused", False) and await _pause(nc, stream, durable)
     try:
         info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
         before = _ack_floor(info)
@@ -196,7 +200,7 @@ async def move_forward(
         )
     finally:
         if paused_here:
-            await jsapi.request(nc, f"CONSUMER.PAUSE.{stream}.{durable}", timeout_s=timeout_s)
+            await _resume(nc, stream, durable)
     after = int((reply.get("ack_floor") or {}).get("stream_seq", start - 1))
     log.info(
         "subscription_moved",
@@ -219,15 +223,33 @@ def _behind(info: Mapping[str, Any], start: int) -> bool:
     return start - 1 > max(_ack_floor(info), delivered)
 
 
-async def _pause(nc: Client, stream: str, durable: str, timeout_s: float) -> None:
-    """Pause `durable` for at most `_MOVE_PAUSE_S` (`CONSUMER.PAUSE`, server 2.11+)."""
+async def _pause(nc: Client, stream: str, durable: str) -> bool:
+    """Pause `durable` for at most `_MOVE_PAUSE_S` (`CONSUMER.PAUSE`, server 2.11+); False
+    when the server could not (no meta leader: the request fails or times out)."""
     until = datetime.now(UTC) + timedelta(seconds=_MOVE_PAUSE_S)
-    await jsapi.request(
-        nc,
-        f"CONSUMER.PAUSE.{stream}.{durable}",
-        {"pause_until": until.isoformat().replace("+00:00", "Z")},
-        timeout_s=timeout_s,
-    )
+    try:
+        await jsapi.request(
+            nc,
+            f"CONSUMER.PAUSE.{stream}.{durable}",
+            {"pause_until": until.isoformat().replace("+00:00", "Z")},
+            timeout_s=_PAUSE_TIMEOUT_S,
+        )
+    except (APIError, TimeoutError, NatsError) as err:
+        log.warning(
+            "subscription_move_unpaused", stream=stream, subscription=durable, error=repr(err)
+        )
+        return False
+    return True
+
+
+async def _resume(nc: Client, stream: str, durable: str) -> None:
+    """End the move's pause; if that fails the pause lapses by itself (`_MOVE_PAUSE_S`)."""
+    try:
+        await jsapi.request(nc, f"CONSUMER.PAUSE.{stream}.{durable}", timeout_s=_PAUSE_TIMEOUT_S)
+    except (APIError, TimeoutError, NatsError) as err:
+        log.warning(
+            "subscription_resume_failed", stream=stream, subscription=durable, error=repr(err)
+        )
 
 
 def replica_config(origin: Mapping[str, Any], durable: str, start_seq: int) -> dict[str, Any]:

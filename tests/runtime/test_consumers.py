@@ -12,7 +12,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from sidecar.nats import jsapi
 from sidecar.nats.consumers import (
@@ -181,6 +181,27 @@ async def test_a_client_fetching_while_its_consumer_is_moved_is_never_rewound(
     assert sorted(seen) == seen and len(set(seen)) == len(seen)
     assert seen[-1] == 10
     assert not (await js.consumer_info(stream, "d")).paused
+
+
+async def test_a_move_goes_on_unpaused_when_the_server_cannot_pause(
+    nc: Client, js: JetStreamContext, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause needs the JetStream meta leader, which a region that lost most of the others
+    lacks; a reset does not. The move must not depend on it."""
+    await publish(js, stream, data=10)
+    await durable(js, stream, "d")
+    real_request = jsapi.request
+
+    async def no_meta_leader(
+        conn: Client, op: str, payload: Mapping[str, Any] | None = None, **kw: Any
+    ) -> dict[str, Any]:
+        if op.startswith("CONSUMER.PAUSE."):
+            raise APIError(code=503, err_code=10008, description="JetStream system unavailable")
+        return await real_request(conn, op, payload, **kw)
+
+    monkeypatch.setattr(jsapi, "request", no_meta_leader)
+    outcome = await move_forward(nc, stream, "d", 6)
+    assert outcome.moved and outcome.ack_floor_after == 6
 
 
 async def test_moving_a_consumer_its_user_paused_leaves_it_paused(
