@@ -8,9 +8,11 @@ cost `shards` KV writes per `ttl/3` per region whatever the number of streams. E
 acquisition writes a revision of one bucket, higher than any earlier revision of any key, so
 a stream's epochs only grow, even when it changes shard (a new shard count).
 
-**Members.** Each replica puts `members.<holder>` every round; a member whose key kept its
-revision for a whole `ttl` (on this replica's monotonic clock, as for leases) is gone. Keys
-of members gone for `_FORGET_TTLS` ttls are purged so the list does not grow with restarts.
+**Members.** Each replica puts `members.<holder>` (with its shard count) every round; a
+member whose key kept its revision for a whole `ttl` (on this replica's monotonic clock, as
+for leases) is gone, and one with another shard count does not share this replica's shards.
+Keys of members gone for `_FORGET_TTLS` ttls are purged so the list does not grow with
+restarts.
 
 **Balance** (sticky, in rendezvous order). With `n` live members a replica's share is
 `ceil(shards / n)`. A replica above its share releases the excess: the shards it ranks
@@ -105,18 +107,20 @@ class Members:
         bucket: str,
         holder: str,
         ttl_s: float,
+        shards: int,
         clock: Callable[[], float],
     ) -> None:
         self._kv, self._nc, self._bucket = kv, nc, bucket
-        self._holder, self._ttl, self._clock = holder, ttl_s, clock
+        self._holder, self._ttl, self._shards, self._clock = holder, ttl_s, shards, clock
         self._key = member_key(holder)
-        # Per other member's key: (holder, revision, when this replica first saw it).
-        self._seen: dict[str, tuple[str, int, float]] = {}
+        # Per other member's key: (holder, its shard count, revision, when first seen here).
+        self._seen: dict[str, tuple[str, int | None, int, float]] = {}
         self.live: tuple[str, ...] = (holder,)
 
     async def announce(self) -> tuple[str, ...]:
         """Renew this replica's key, then read the others'; the live members, sorted."""
-        await self._kv.put(self._key, json.dumps({"holder": self._holder}).encode())
+        value = {"holder": self._holder, "shards": self._shards}
+        await self._kv.put(self._key, json.dumps(value).encode())
         now, live = self._clock(), [self._holder]
         keys = [k for k in await self._keys() if k != self._key]
         for key in set(self._seen) - set(keys):
@@ -129,11 +133,13 @@ class Members:
                 continue
             revision = entry.revision or 0
             seen = self._seen.get(key)
-            if seen is None or seen[1] != revision:
-                seen = self._seen[key] = (_holder_in(entry.value) or key, revision, now)
-            if now - seen[2] < self._ttl:
-                live.append(seen[0])
-            elif now - seen[2] >= _FORGET_TTLS * self._ttl:
+            if seen is None or seen[2] != revision:
+                holder, shards = _member_in(entry.value)
+                seen = self._seen[key] = (holder or key, shards, revision, now)
+            if now - seen[3] < self._ttl:
+                if seen[1] == self._shards:
+                    live.append(seen[0])
+            elif now - seen[3] >= _FORGET_TTLS * self._ttl:
                 log.info("member_forgotten", member=seen[0])
                 await self._purge(key)
         self.live = tuple(sorted(live))
@@ -167,12 +173,15 @@ class Members:
         )
 
 
-def _holder_in(value: bytes | None) -> str | None:
+def _member_in(value: bytes | None) -> tuple[str | None, int | None]:
+    """(holder, shard count) of a member's value; None for what cannot be read."""
     try:
-        holder = json.loads(value or b"null")["holder"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    return holder if isinstance(holder, str) else None
+        data = json.loads(value or b"null")
+        holder, shards = data["holder"], data.get("shards")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None, None
+    valid = isinstance(shards, int) and not isinstance(shards, bool)
+    return (holder if isinstance(holder, str) else None), (shards if valid else None)
 
 
 class ShardLeases:
@@ -196,7 +205,7 @@ class ShardLeases:
         self.shards = shards
         self._ttl = ttl_s
         self._gate = Lease(kv, holder, ttl_s, key=GATE_KEY, extra={"shards": shards}, clock=clock)
-        self._members = Members(kv, nc, bucket, holder, ttl_s, clock)
+        self._members = Members(kv, nc, bucket, holder, ttl_s, shards, clock)
         self._leases = [
             Lease(
                 kv,
