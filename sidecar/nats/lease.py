@@ -3,10 +3,11 @@
 A lease is one key in a KV bucket placed in the region (`open_regional_kv`): `shards.<i>` for
 the leadership of one shard of the streams, `leader` for the gate that says which scheme
 leads (`sidecar.nats.shards`). Its value names the holder (and whatever `extra` fields the
-holder writes along, such as the gate's shard count). A candidate acquires it with create-if-absent; the holder renews it every
-`ttl/3` with compare-and-set on the revision; a follower that sees the revision unchanged for
-a whole `ttl` (measured on its own monotonic clock, so clocks of different hosts never get
-compared) takes it over with compare-and-set on that revision. The revision written when
+holder writes along, such as the gate's shard count). A candidate acquires it with
+create-if-absent; the holder renews it every `ttl/3` with compare-and-set on the revision;
+a follower that sees the revision unchanged for a whole `ttl` (measured on its own monotonic
+clock, so clocks of different hosts never get compared) takes it over with compare-and-set
+on that revision. The revision written when
 the lease was acquired is the holder's **epoch**; later holders always get a higher one.
 
 The holder considers itself leader only until `0.8 * ttl` after it *sent* its last

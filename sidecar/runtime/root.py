@@ -86,7 +86,11 @@ class Runtime(RuntimeBackend):
         )
         self._apply_topology = apply_topology
         self._serve = serve
-        # Per stream: (leads, epoch) as last handed to its driver.
+        # The streams of each shard; per stream, (leads, epoch) as last handed to its driver.
+        self._shard_streams: dict[int, list[StreamDriver]] = {}
+        for name, driver in drivers.items():
+            shard = shard_of(name, config.lease.shards)
+            self._shard_streams.setdefault(shard, []).append(driver)
         self._leadership: dict[str, tuple[bool, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -264,9 +268,8 @@ class Runtime(RuntimeBackend):
 
     def _on_shard(self, shard: int, state: LeaseState) -> None:
         """A shard's lease changed: each of its streams' machines learns it in turn."""
-        for name, driver in self._drivers.items():
-            if shard_of(name, self.config.lease.shards) != shard:
-                continue
+        for driver in self._shard_streams.get(shard, []):
+            name = driver.vs.name
             # A follower shows the leader's epoch: every replica reports the same one.
             self.metrics.set_leader(name, state.leader, state.leader_epoch)
             leadership = (state.leader, state.epoch)
