@@ -19,6 +19,7 @@ import pytest
 from rsub_dev.cluster import ClusterFactory
 from rsub_dev.sidecars import RegionSidecars, SidecarProcess, sidecar_settings, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.errors import NotLeader
 from sidecar.naming import VirtualStream
 from sidecar.protocol import Marker, Request, SnapshotId, encode
 from sidecar.runtime import Runtime
@@ -119,6 +120,10 @@ async def test_three_replicas_share_thirty_streams_and_take_over_a_killed_ones(
 
         await wait_until(shared, "three replicas to share the streams", DEADLINE_S)
         killed_streams = await killed_leads()
+        # TriggerSnapshot on a replica that does not lead the stream names the one that does.
+        a_stream = sorted(led_by(a))[0]
+        with pytest.raises(NotLeader, match=repr(a.holder)):
+            await b.trigger_snapshot(a_stream)
         print(
             f"shared: killed {len(killed_streams)}, a {len(led_by(a))}, b {len(led_by(b))} "
             f"of {len(STREAMS)} streams"
