@@ -130,7 +130,8 @@ class Lease:
         return self.state
 
     async def release(self) -> None:
-        """Give the lease up (on a clean shutdown) so a follower can take over at once."""
+        """Give the lease up (a clean stop, or a hand-over) so another replica can take it at
+        once."""
         if self._epoch == 0:
             return
         revision, self._epoch = self._revision, 0

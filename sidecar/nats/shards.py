@@ -252,7 +252,12 @@ class ShardLeases:
         """One round: the gate, the membership, then release the excess and renew, watch or
         take every shard (the ones this replica prefers first)."""
         self.gate_open = await self._gate_open()
-        live = await self._members.announce()
+        try:
+            live = await self._members.announce()
+        except (TimeoutError, NatsError) as err:
+            # Renewals must not wait for the membership: go on with the last view of it.
+            log.warning("members_round_failed", holder=self.holder, error=repr(err))
+            live = self._members.live
         mine = share(self.shards, len(live))
         if self.gate_open is False:
             for shard in self.held:
