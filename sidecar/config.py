@@ -247,6 +247,9 @@ class ProgressConfig:
 class LeaseConfig:
     bucket: str = field(default="rsub-leases", metadata=_meta(_bucket))
     ttl_s: float = field(default=10.0, metadata=_meta(_positive))
+    # Streams are split into this many shards, each with its own lease: the unit of work
+    # the replicas of a region share (sidecar/nats/shards.py). Same value on every replica.
+    shards: int = field(default=32, metadata=_meta(_positive))
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,7 @@ def sidecar_settings(
     interval_ms: int = 200,
     timeout_s: float = 5.0,
     lease_ttl_s: float = 3.0,
+    lease_shards: int | None = None,
     grpc_listen: str = f"{HOST}:0",
     http_listen: str = f"{HOST}:0",
     log_level: str = "warning",
@@ -244,7 +245,8 @@ def sidecar_settings(
 ) -> dict[str, Any]:
     """The configuration mapping of `region`'s sidecar on `cluster` (YAML-serialisable);
     `credentials` are the NATS user and password it connects with; `progress=False` makes it
-    PIP-33 only."""
+    PIP-33 only; `lease_shards` (default: the sidecar's) is the number of shards the replicas
+    of a region share, 1 for one leader of every stream and the others standing by."""
     nats: dict[str, Any] = {"servers": cluster.servers(region)}
     if credentials is not None:
         nats["user"], nats["password"] = credentials
@@ -255,7 +257,8 @@ def sidecar_settings(
         "streams": [{"name": name} for name in streams],
         "snapshot": {"interval_ms": interval_ms, "timeout_s": timeout_s},
         "progress": {"enabled": progress},
-        "lease": {"ttl_s": lease_ttl_s},
+        "lease": {"ttl_s": lease_ttl_s}
+        | ({"shards": lease_shards} if lease_shards is not None else {}),
         "grpc": {"listen": grpc_listen},
         "http": {"listen": http_listen},
         "log": {"level": log_level},
@@ -274,12 +277,14 @@ class RegionSidecars:
         interval_ms: int = 200,
         timeout_s: float = 5.0,
         lease_ttl_s: float = 3.0,
+        lease_shards: int | None = None,
         serve: bool = True,
         credentials: Mapping[str, tuple[str, str]] | None = None,
         progress: bool = True,
     ) -> None:
         """`credentials` maps a region to the NATS user and password of its sidecar;
-        `progress=False` runs them PIP-33 only (no progress vectors)."""
+        `progress=False` runs them PIP-33 only (no progress vectors); `lease_shards` as in
+        `sidecar_settings`."""
         self.cluster = cluster
         self.streams = tuple(streams)
         self.regions = tuple(regions if regions is not None else cluster.regions)
@@ -289,6 +294,7 @@ class RegionSidecars:
         self.interval_ms = interval_ms
         self.timeout_s = timeout_s
         self.lease_ttl_s = lease_ttl_s
+        self.lease_shards = lease_shards
         self.serve = serve
         self.credentials = dict(credentials or {})
         self.progress = progress
@@ -303,6 +309,7 @@ class RegionSidecars:
                 interval_ms=self.interval_ms,
                 timeout_s=self.timeout_s,
                 lease_ttl_s=self.lease_ttl_s,
+                lease_shards=self.lease_shards,
                 credentials=self.credentials.get(region),
                 progress=self.progress,
             )
@@ -361,12 +368,13 @@ class RegionSidecars:
             await runtime.stop()
 
     async def wait_leaders(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Wait until the sidecar of every running region leads its region."""
+        """Wait until the sidecar of every running region leads every stream (it is the only
+        replica of its region: a second one is started with `replica`)."""
 
         async def all_lead() -> bool:
-            return all(r.is_leader for r in self.runtimes.values())
+            return all(r.leadership(s).leader for r in self.runtimes.values() for s in self.streams)
 
-        await wait_until(all_lead, "a leader in every region", timeout_s)
+        await wait_until(all_lead, "a leader of every stream in every region", timeout_s)
 
     async def close(self) -> None:
         runtimes = list(self.runtimes.values())

@@ -87,6 +87,13 @@ class StreamStatusView:
     sources: tuple[SourceLinkView, ...]
     replicated_subscriptions: int
     snapshot_pending: bool
+    leader_holder: str | None
+    """The replica leading the stream in this region (its shard lease's holder), None when
+    unknown or free."""
+    leader_epoch: int
+    """That leader's epoch (0 when unknown)."""
+    leads: bool
+    """Whether the replica answering leads this stream."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,11 @@ class StatusView:
     region: str
     regions: tuple[str, ...]
     leader: bool
+    """Whether this replica leads at least one stream."""
     epoch: int
+    """The highest epoch among the streams it leads (0 when it leads none)."""
+    holder: str
+    """This replica's name in the leases."""
     connected: bool
     streams: tuple[StreamStatusView, ...]
     version: str
@@ -109,7 +120,7 @@ class Readiness:
     topology_applied: bool
     """Every configured stream's write/read streams exist as configured."""
     leadership_known: bool
-    """The sidecar knows whether it leads (lease acquired, or another holder seen)."""
+    """The sidecar knows which streams it leads (a round of its shard leases is done)."""
     streams_rebuilt: bool = True
     """Every stream's state is rebuilt from its read stream (markers, and origins with
     progress vectors on): before that, queries would answer from nothing."""
@@ -136,8 +147,8 @@ class SidecarBackend(Protocol):
     reads (`status`, `get_*`, `list_*`, `watch_subscription`) and the writes that are NATS
     writes any replica can make safely: `commit_cursor` (a compare-and-set that only moves
     forward) and `set_replicated` (consumer metadata). The leader's machine takes those in at
-    its next positions read. `trigger_snapshot` needs the leader and raises `NotLeader`
-    (naming the leader when known) on a follower. An unknown stream or subscription raises
+    its next positions read. `trigger_snapshot` needs the stream's leader (replicas share the
+    streams: each leads some) and raises `NotLeader` (naming it when known) elsewhere. An unknown stream or subscription raises
     `NotFound`; an operation impossible now (NATS down, leadership changing) `Unavailable`.
     """
 
@@ -178,7 +189,7 @@ class SidecarBackend(Protocol):
     async def trigger_snapshot(self, stream: str) -> str:
         """Start a snapshot now, whatever the interval; returns its id, or the pending
         attempt's id when one is under way. Raises `FailedPrecondition` when the stream has
-        no replicated subscription, `NotLeader` on a follower."""
+        no replicated subscription, `NotLeader` on a replica not leading the stream."""
         ...
 
     async def set_replicated(

@@ -129,6 +129,7 @@ def status_to_proto(view: StatusView) -> api_pb2.StatusResponse:
         regions=list(view.regions),
         leader=view.leader,
         epoch=view.epoch,
+        holder=view.holder,
         connected=view.connected,
         version=view.version,
         streams=[
@@ -139,6 +140,9 @@ def status_to_proto(view: StatusView) -> api_pb2.StatusResponse:
                 last_snapshot_age_ms=_to_wire(s.last_snapshot_age_ms, _NO_AGE),
                 replicated_subscriptions=s.replicated_subscriptions,
                 snapshot_pending=s.snapshot_pending,
+                leader=s.leader_holder or "",
+                leader_epoch=s.leader_epoch,
+                leads=s.leads,
                 sources=[
                     api_pb2.SourceLink(
                         origin_region=link.origin_region,
@@ -160,6 +164,7 @@ def status_from_proto(msg: api_pb2.StatusResponse) -> StatusView:
         regions=tuple(msg.regions),
         leader=msg.leader,
         epoch=msg.epoch,
+        holder=msg.holder,
         connected=msg.connected,
         version=msg.version,
         streams=tuple(
@@ -170,6 +175,9 @@ def status_from_proto(msg: api_pb2.StatusResponse) -> StatusView:
                 last_snapshot_age_ms=_from_wire(s.last_snapshot_age_ms, _NO_AGE),
                 replicated_subscriptions=s.replicated_subscriptions,
                 snapshot_pending=s.snapshot_pending,
+                leader_holder=s.leader or None,
+                leader_epoch=s.leader_epoch,
+                leads=s.leads,
                 sources=tuple(
                     SourceLinkView(
                         origin_region=link.origin_region,

@@ -139,9 +139,14 @@ class SidecarMetrics:
             ["stream"],
             registry=r,
         )
-        self._leader = Gauge("rsub_leader", "1 when this sidecar leads its region.", registry=r)
+        self._leader = Gauge(
+            "rsub_leader", "1 when this sidecar leads the stream.", ["stream"], registry=r
+        )
         self._epoch = Gauge(
-            "rsub_leader_epoch", "Leader epoch (lease revision) last seen.", registry=r
+            "rsub_leader_epoch",
+            "The stream's leader epoch (its shard lease's revision) last seen.",
+            ["stream"],
+            registry=r,
         )
         self._nats_connected = Gauge(
             "rsub_nats_connected", "1 while connected to the region's NATS.", registry=r
@@ -211,9 +216,9 @@ class SidecarMetrics:
     def data_unknown_origin(self, stream: str) -> None:
         self._data_unknown_origin.labels(stream).inc()
 
-    def set_leader(self, leader: bool, epoch: int) -> None:
-        self._leader.set(int(leader))
-        self._epoch.set(epoch)
+    def set_leader(self, stream: str, leader: bool, epoch: int) -> None:
+        self._leader.labels(stream).set(int(leader))
+        self._epoch.labels(stream).set(epoch)
 
     def set_nats_connected(self, connected: bool) -> None:
         self._nats_connected.set(int(connected))

@@ -1,7 +1,7 @@
 """Human commands that talk to a running sidecar over gRPC.
 
 Reads: `status`, `subscriptions`, `snapshots`. Admin writes (token when the sidecar has
-one): `trigger-snapshot` (the region's leader only: a follower's refusal names the leader)
+one): `trigger-snapshot` (the stream's leader only: a refusal elsewhere names it)
 and `set-replicated` (any replica). Nothing is retried: each command makes one call.
 
 Tables for people, `--json` for scripts (keys are the view field names of
@@ -255,7 +255,8 @@ def _status_text(view: StatusView) -> str:
         ("region", view.region),
         [
             ("regions", ", ".join(view.regions)),
-            ("leader", f"{_yes_no(view.leader)} (epoch {view.epoch})"),
+            ("replica", view.holder),
+            ("leads", f"{sum(s.leads for s in view.streams)} of {len(view.streams)} streams"),
             ("nats", "connected" if view.connected else "DISCONNECTED"),
             ("version", view.version),
         ],
@@ -263,10 +264,21 @@ def _status_text(view: StatusView) -> str:
     if not view.streams:
         return f"{header}\n\nno streams configured"
     streams = table(
-        ("STREAM", "WRITE STREAM", "READ STREAM", "LAST SNAPSHOT", "PENDING", "REPLICATED SUBS"),
+        (
+            "STREAM",
+            "LEADER",
+            "EPOCH",
+            "WRITE STREAM",
+            "READ STREAM",
+            "LAST SNAPSHOT",
+            "PENDING",
+            "REPLICATED SUBS",
+        ),
         [
             (
                 s.stream,
+                f"{s.leader_holder} (this replica)" if s.leads else s.leader_holder or "unknown",
+                str(s.leader_epoch),
                 s.write_stream,
                 s.read_stream,
                 _age(s.last_snapshot_age_ms),

@@ -7,36 +7,39 @@ Programmatic use (tests, the demo, `rsub run`)::
     await runtime.wait_ready(30)       # connected, topology applied, every stream rebuilt
                                        # (raises NatsRefused if NATS refused the credentials)
     runtime.grpc_port, runtime.http_port   # bound ports (listen on port 0 to get free ones)
-    runtime.is_leader, runtime.epoch, runtime.readiness
+    runtime.leadership("orders")       # LeaseState: leads it?, epoch, holder (the leader)
+    runtime.is_leader, runtime.readiness   # is_leader: it leads at least one stream
     await runtime.wait_failed()        # returns the NatsRefused that stopped the bring-up
-    await runtime.stop()               # stop serving, release the lease, flush and close
+    await runtime.stop()               # stop serving, release its shards, flush and close
 
 `Runtime(config, holder=..., apply_topology=False, serve=False)`: `holder` names this
-replica in the lease (default host-pid-random); `apply_topology=False` skips
+replica in the leases (default host-pid-random); `apply_topology=False` skips
 `apply_topology` at start (the streams must exist); `serve=False` runs without gRPC/HTTP.
 `Runtime` implements `sidecar.api.backend.SidecarBackend` and drives `SidecarMetrics`.
 
 One module per role:
 
 - `root`: `Runtime`, the composition root: serves the API, brings up (connect, topology,
-  the region's KV bucket, lease), retries with back-off, turns lease changes into
-  leadership inputs, stops;
+  the region's KV bucket, shard leases), retries with back-off, turns each shard lease's
+  changes into leadership inputs of the shard's streams, stops;
 - `driver`: `StreamDriver`, one per virtual stream `V`: rebuilds `V`'s machine from the
   origins of the data and the markers stored in its read stream (DESIGN §5, §7), tails
   both live (origins in batches), reads positions and ticks every `snapshot.interval_ms`,
   and feeds all of it to the machine one job at a time, handing each output to the effects
   (actions) or the observer (events);
-- `effects`: each action carried out on NATS, only while the lease says this replica leads
-  with the machine's epoch;
+- `effects`: each action carried out on NATS, only while the stream's shard lease says this
+  replica leads it with the machine's epoch;
 - `observer`: events and markers read, as metrics and structured logs;
 - `backend`: `RuntimeBackend`, the API's reads and writes (`SidecarBackend`);
 - `positions`: `LocalSubscriptions`, `V`'s durables (one consumer listing) and external
   cursors (one KV get; a cursor that only markers follow counts as at the read stream's
   end, `TrailingMarkers`), as last read;
-- `handles`: the connection, cursor store and lease shared by the others; `clock`: now.
+- `handles`: the connection, cursor store and shard leases shared by the others; `clock`: now.
 
-Leadership is the lease in the region's KV bucket `<lease.bucket>-<region>` (key `leader`);
-the same bucket keeps the external cursors (key `cursors.<V>`, see `sidecar.nats.cursors`).
+Leadership is per stream: the lease of the stream's shard in the region's KV bucket
+`<lease.bucket>-<region>` (keys `shards.<i>`, with the gate `leader` and `members.<holder>`,
+see `sidecar.nats.shards`), so the replicas of a region share the streams; the same bucket
+keeps the external cursors (key `cursors.<V>`, see `sidecar.nats.cursors`).
 Followers keep their machines up to date from the tail (so reads work on every replica);
 a new leader's machine gets `became_leader(epoch)` and carries out what its predecessor
 missed. A lost NATS connection is reported (readiness, metrics, UNAVAILABLE for writes) and

@@ -4,7 +4,8 @@ Reads answer from each stream driver's machine (so they work on followers too) a
 what the driver last read. Writes check the connection first, write to NATS, then hand what
 they changed to the driver and wait until this replica's machine has taken it in. A cursor
 commit and a change of `rsub.replicate` are NATS writes any replica can make (the leader's
-machine reads them at its next positions read); a triggered snapshot needs the leader.
+machine reads them at its next positions read); a triggered snapshot needs the replica that
+leads that stream (the holder of its shard's lease).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sidecar
 from sidecar.api import backend as views
 from sidecar.api.errors import FailedPrecondition, InvalidArgument, NotFound, NotLeader, Unavailable
 from sidecar.nats import consumers, jsapi
+from sidecar.nats.lease import LeaseState
 from sidecar.protocol import MachineSubscription, Output, PendingView, StreamMachine
 from sidecar.runtime.clock import now_ms
 from sidecar.runtime.driver import StreamDriver
@@ -37,9 +39,12 @@ class RuntimeBackend:
         handles: RegionHandles,
         drivers: Mapping[str, StreamDriver],
         *,
+        holder: str,
         topology_applied: bool,
     ) -> None:
         self.region = handles.region
+        # This replica's name in the leases and the members (host-pid-suffix).
+        self.holder = holder
         self._regions = tuple(regions)
         self._handles = handles
         self._drivers = drivers
@@ -49,19 +54,23 @@ class RuntimeBackend:
 
     @property
     def is_leader(self) -> bool:
-        return self._handles.is_leader
+        """Whether this replica leads at least one of the configured streams."""
+        return any(self.leadership(name).leader for name in self._drivers)
 
-    @property
-    def epoch(self) -> int:
-        return self._handles.epoch
+    def leadership(self, stream: str) -> LeaseState:
+        """Who leads `stream` as this replica sees it: its shard lease's state."""
+        leases = self._handles.leases
+        if leases is None:
+            return LeaseState(False, 0, None)
+        return leases.for_stream(stream).state
 
     @property
     def readiness(self) -> views.Readiness:
-        lease = self._handles.lease
+        leases = self._handles.leases
         return views.Readiness(
             connected=self._handles.conn.connected,
             topology_applied=self._topology_applied,
-            leadership_known=lease is not None and lease.known,
+            leadership_known=leases is not None and leases.known,
             streams_rebuilt=all(d.machine is not None for d in self._drivers.values()),
         )
 
@@ -108,8 +117,9 @@ class RuntimeBackend:
         return views.StatusView(
             region=self.region,
             regions=self._regions,
-            leader=self.is_leader,
-            epoch=self.epoch,
+            leader=any(s.leads for s in streams),
+            epoch=max((s.leader_epoch for s in streams if s.leads), default=0),
+            holder=self.holder,
             connected=self._handles.conn.connected,
             streams=tuple(streams),
             version=sidecar.__version__,
@@ -138,8 +148,8 @@ class RuntimeBackend:
         """Start a snapshot now; the pending attempt's id when one is already under way."""
         driver, _ = self._driver(stream)
         self._require_connected()
-        if not self.is_leader:
-            raise self._not_leader("TriggerSnapshot")
+        if not self.leadership(stream).leader:
+            raise self._not_leader("TriggerSnapshot", stream)
         now = now_ms()
         seen: list[tuple[PendingView | None, bool]] = []
 
@@ -158,10 +168,10 @@ class RuntimeBackend:
                 f"stream {stream!r} has no replicated subscription in region {self.region!r}: "
                 "a snapshot would serve nobody (replicate a durable or commit a cursor first)"
             )
-        if self.is_leader:
+        if self.leadership(stream).leader:
             # The lease is ours but the machine has not taken it in yet, or saw a newer epoch.
             raise Unavailable("leadership is changing hands in this sidecar; try again shortly")
-        raise self._not_leader("TriggerSnapshot")
+        raise self._not_leader("TriggerSnapshot", stream)
 
     async def set_replicated(
         self, stream: str, subscription: str, replicated: bool
@@ -201,15 +211,16 @@ class RuntimeBackend:
         if not self._handles.conn.connected:
             raise Unavailable("not connected to NATS")
 
-    def _not_leader(self, method: str) -> NotLeader:
-        """The refusal of a leader-only `method` on this follower, naming the lease holder
-        (a holder name begins with its host's name: the pod's, in Kubernetes)."""
-        lease = self._handles.lease
-        holder = lease.state.holder if lease is not None else None
-        leader = f"the leader is {holder!r}" if holder else "no leader is known right now"
+    def _not_leader(self, method: str, stream: str) -> NotLeader:
+        """The refusal of a leader-only `method` on a replica that does not lead `stream`,
+        naming the stream's lease holder (a holder name begins with its host's name: the
+        pod's, in Kubernetes)."""
+        holder = self.leadership(stream).holder
+        leader = f"its leader is {holder!r}" if holder else "no leader of it is known right now"
         return NotLeader(
-            f"{method} needs the leader of region {self.region!r}, and this sidecar is a "
-            f"follower: {leader}; call that replica directly (retrying here cannot succeed)"
+            f"{method} needs the leader of stream {stream!r} in region {self.region!r}, and "
+            f"this sidecar is a follower of that stream: {leader}; call that replica directly "
+            "(retrying here cannot succeed)"
         )
 
     def _subscription(self, stream: str, subscription: str) -> views.SubscriptionView:
@@ -223,6 +234,7 @@ class RuntimeBackend:
         vs, machine, now = driver.vs, driver.machine, now_ms()
         last_completed = machine.last_completed_ms if machine is not None else None
         subscriptions = machine.subscriptions() if machine is not None else []
+        leadership = self.leadership(vs.name)
         return views.StreamStatusView(
             stream=vs.name,
             write_stream=vs.write_stream(self.region),
@@ -231,6 +243,9 @@ class RuntimeBackend:
             sources=tuple(await self._sources(driver, now)),
             replicated_subscriptions=sum(1 for s in subscriptions if s.exists and s.replicated),
             snapshot_pending=machine is not None and machine.pending() is not None,
+            leader_holder=leadership.holder,
+            leader_epoch=leadership.leader_epoch,
+            leads=leadership.leader,
         )
 
     async def _sources(self, driver: StreamDriver, now: int) -> list[views.SourceLinkView]:

@@ -47,15 +47,15 @@ class Effects:
         self._subscriptions = subscriptions
 
     def leads_with(self, machine: StreamMachine) -> bool:
-        """Whether the lease says this replica leads with the epoch the machine acts under.
+        """Whether the stream's shard lease says this replica leads it with the epoch the
+        machine acts under.
 
         The machine learns of a lost or renewed lease through its job queue, after the lease
         changed: until then its actions carry an epoch this replica no longer holds. Dropping
         them keeps a deposed leader from publishing or moving anything; the new leader's
         machine derives the same actions again under its own epoch.
         """
-        lease = self._handles.lease
-        return lease is not None and lease.is_leader and lease.epoch == machine.epoch
+        return self._handles.leads_with(self._vs.name, machine.epoch)
 
     async def carry_out(self, machine: StreamMachine, action: Action) -> None:
         name = self._vs.name

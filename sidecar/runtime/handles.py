@@ -6,29 +6,28 @@ from dataclasses import dataclass
 
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.cursors import CursorStore
-from sidecar.nats.lease import Lease
+from sidecar.nats.shards import ShardLeases
 
 
 @dataclass
 class RegionHandles:
-    """The connection exists from the start; the cursor store and the lease only once the
-    bring-up has opened the region's KV bucket (`None` before, and the lease again after
+    """The connection exists from the start; the cursor store and the shard leases only once
+    the bring-up has opened the region's KV bucket (`None` before, and the leases again after
     `stop`). Shared by reference, so every reader sees the bring-up's result at once."""
 
     region: str
     conn: NatsConnection
     cursor_store: CursorStore | None = None
-    lease: Lease | None = None
+    leases: ShardLeases | None = None
 
     def cursors(self) -> CursorStore:
         """The cursor store; only used after the bring-up (drivers and writes start later)."""
         assert self.cursor_store is not None, "the KV bucket is not open yet"
         return self.cursor_store
 
-    @property
-    def is_leader(self) -> bool:
-        return self.lease is not None and self.lease.is_leader
-
-    @property
-    def epoch(self) -> int:
-        return self.lease.epoch if self.lease is not None else 0
+    def leads_with(self, stream: str, epoch: int) -> bool:
+        """Whether this replica leads `stream` now, under `epoch` (its shard's lease)."""
+        if self.leases is None:
+            return False
+        lease = self.leases.for_stream(stream)
+        return lease.is_leader and lease.epoch == epoch

@@ -21,8 +21,9 @@ from sidecar.config import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection, NatsRefused
 from sidecar.nats.cursors import CursorStore
-from sidecar.nats.lease import Lease, LeaseState
+from sidecar.nats.lease import LeaseState
 from sidecar.nats.regional_kv import open_regional_kv
+from sidecar.nats.shards import ShardLeases, shard_of
 from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
 from sidecar.runtime.backend import RuntimeBackend
@@ -68,11 +69,11 @@ class Runtime(RuntimeBackend):
         metrics: SidecarMetrics | None = None,
     ) -> None:
         self.config = config
-        self.holder = holder or default_holder()
+        holder = holder or default_holder()
         self.metrics = metrics or SidecarMetrics()
         conn = NatsConnection(
             config.nats,
-            name=f"rsub-{config.region}-{self.holder}",
+            name=f"rsub-{config.region}-{holder}",
             on_change=self.metrics.set_nats_connected,
         )
         handles = RegionHandles(config.region, conn)
@@ -80,10 +81,17 @@ class Runtime(RuntimeBackend):
             vs.name: StreamDriver(vs, machine_config(config, vs), handles, self.metrics)
             for vs in config.virtual_streams
         }
-        super().__init__(config.regions, handles, drivers, topology_applied=not apply_topology)
+        super().__init__(
+            config.regions, handles, drivers, holder=holder, topology_applied=not apply_topology
+        )
         self._apply_topology = apply_topology
         self._serve = serve
-        self._leadership: tuple[bool, int] = (False, 0)
+        # The streams of each shard; per stream, (leads, epoch) as last handed to its driver.
+        self._shard_streams: dict[int, list[StreamDriver]] = {}
+        for name, driver in drivers.items():
+            shard = shard_of(name, config.lease.shards)
+            self._shard_streams.setdefault(shard, []).append(driver)
+        self._leadership: dict[str, tuple[bool, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._ready = asyncio.Event()
@@ -137,7 +145,7 @@ class Runtime(RuntimeBackend):
         return self.failure
 
     async def stop(self) -> None:
-        """Stop serving, stop the tasks, give the lease up, flush and close (idempotent)."""
+        """Stop serving, stop the tasks, give the shards up, flush and close (idempotent)."""
         if self._grpc is not None:
             await self._grpc.stop(_STOP_GRACE_S)
             self._grpc = None
@@ -149,9 +157,9 @@ class Runtime(RuntimeBackend):
             driver.stop()
         await self._cancel_tasks()
         handles = self._handles
-        if handles.lease is not None and handles.conn.connected:
-            await handles.lease.release()
-        handles.lease = None
+        if handles.leases is not None and handles.conn.connected:
+            await handles.leases.release()
+        handles.leases = None
         await handles.conn.close()
         log.info("runtime_stopped", region=self.region, holder=self.holder)
 
@@ -195,7 +203,10 @@ class Runtime(RuntimeBackend):
     # ---- bring-up -----------------------------------------------------------------------
 
     async def _bring_up(self) -> None:
-        """Connect, apply the topology, open the lease bucket, rebuild and run every stream."""
+        """Connect, apply the topology, open the lease bucket, rebuild and run every stream.
+
+        Every replica rebuilds and runs every stream's machine (as a follower where it does not
+        lead): any replica answers reads, and taking a stream over needs no rebuild."""
         conn = self._handles.conn
         try:
             await conn.connect()
@@ -214,11 +225,20 @@ class Runtime(RuntimeBackend):
             f"kv bucket {bucket}",
             lambda: open_regional_kv(conn.js, bucket, self.config.cluster_for(self.region)),
         )
-        # The same bucket keeps the lease (key `leader`) and the cursors (`cursors.<V>`).
+        # The same bucket keeps the leases (`leader`, `shards.<i>`), the members
+        # (`members.<holder>`) and the cursors (`cursors.<V>`).
         self._handles.cursor_store = CursorStore(kv)
-        lease = Lease(kv, self.holder, self.config.lease.ttl_s, on_change=self._on_lease)
-        self._handles.lease = lease
-        self._spawn(lease.run(), "lease")
+        leases = ShardLeases(
+            kv,
+            conn.nc,
+            bucket,
+            self.holder,
+            self.config.lease.ttl_s,
+            self.config.lease.shards,
+            on_change=self._on_shard,
+        )
+        self._handles.leases = leases
+        self._spawn(leases.run(), "leases")
         for name, driver in self._drivers.items():
             await self._retry(f"rebuild {name}", driver.rebuild)
             self._spawn(driver.drive(), f"drive-{name}")
@@ -246,13 +266,22 @@ class Runtime(RuntimeBackend):
             unchanged=actions["unchanged"],
         )
 
-    def _on_lease(self, state: LeaseState) -> None:
-        # A follower shows the leader's epoch: both replicas of a region report the same one.
-        self.metrics.set_leader(state.leader, state.leader_epoch)
-        leadership = (state.leader, state.epoch)
-        if leadership == self._leadership:
-            return
-        self._leadership = leadership
-        log.info("leadership_changed", leader=state.leader, epoch=state.epoch)
-        for driver in self._drivers.values():
+    def _on_shard(self, shard: int, state: LeaseState) -> None:
+        """A shard's lease changed: each of its streams' machines learns it in turn."""
+        for driver in self._shard_streams.get(shard, []):
+            name = driver.vs.name
+            # A follower shows the leader's epoch: every replica reports the same one.
+            self.metrics.set_leader(name, state.leader, state.leader_epoch)
+            leadership = (state.leader, state.epoch)
+            if leadership == self._leadership.get(name, (False, 0)):
+                continue
+            self._leadership[name] = leadership
+            log.info(
+                "leadership_changed",
+                stream=name,
+                shard=shard,
+                leader=state.leader,
+                epoch=state.epoch,
+                holder=state.holder,
+            )
             driver.leadership(state.leader, state.epoch)

@@ -40,11 +40,12 @@ async def test_status_table(
 ) -> None:
     code, out, err = await rsub(capsys, "status", "--sidecar", f"127.0.0.1:{grpc_server.port}")
     assert (code, err) == (0, "")
-    assert "leader   yes (epoch 5)" in out
+    assert "replica  west-a" in out and "leads    1 of 1 streams" in out
     assert "regions  east, north, west" in out
     # Columns line up: each header starts where its values start.
-    assert column_of(out, "STREAM  WRITE", "READ STREAM") == column_of(
-        out, "orders  orders-write", "orders-read-west"
+    assert column_of(out, "STREAM  LEADER", "EPOCH") == column_of(out, "orders  west-a", "5")
+    assert column_of(out, "STREAM  LEADER", "READ STREAM") == column_of(
+        out, "orders  west-a (this replica)", "orders-read-west"
     )
     assert column_of(out, "STREAM  SOURCE", "LAST MARKER") == column_of(
         out, "orders  north", "never"
@@ -64,6 +65,7 @@ async def test_status_json_has_stable_keys(
     assert sorted(data) == [
         "connected",
         "epoch",
+        "holder",
         "leader",
         "region",
         "regions",

@@ -93,7 +93,7 @@ async def test_metrics_endpoint_serves_the_sidecar_registry(
     metrics.snapshot_started("orders")
     metrics.snapshot_completed("orders", 0.2)
     metrics.marker_seen("orders", "east")
-    metrics.set_leader(True, 7)
+    metrics.set_leader("orders", True, 7)
     metrics.set_nats_connected(True)
     clock.now += 2.5
     async with session.get("/metrics") as response:
@@ -105,8 +105,8 @@ async def test_metrics_endpoint_serves_the_sidecar_registry(
     assert values[("rsub_last_snapshot_age_seconds", (("stream", "orders"),))] == 2.5
     key = ("rsub_origin_last_marker_age_seconds", (("origin", "east"), ("stream", "orders")))
     assert values[key] == 2.5
-    assert values[("rsub_leader", ())] == 1
-    assert values[("rsub_leader_epoch", ())] == 7
+    assert values[("rsub_leader", (("stream", "orders"),))] == 1
+    assert values[("rsub_leader_epoch", (("stream", "orders"),))] == 7
     # The process's own figures and the build, but no `*_created` series.
     assert values[("process_cpu_seconds_total", ())] > 0
     assert values[("process_resident_memory_bytes", ())] > 0

@@ -189,8 +189,10 @@ class Region:
         self.leader.marker_seen("orders", "east")
         self.leader.set_replay_gap("orders", "billing", "east", 10)
         self.leader.set_failover_exposure("orders", "billing", 3)
+        # The replicas share the streams: each leads one (healthy, one leader per stream).
         for metrics, leads in ((self.leader, True), (self.follower, False)):
-            metrics.set_leader(leads, 3)
+            metrics.set_leader("orders", leads, 3)
+            metrics.set_leader("billing", not leads, 4)
             metrics.set_nats_connected(True)
 
 
@@ -214,8 +216,8 @@ FAULTS: dict[str, Callable[[Region], None]] = {
     ),
     "RsubDataOfUnknownOrigin": lambda r: r.leader.data_unknown_origin("orders"),
     "RsubMarkersRejected": lambda r: r.leader.marker_rejected("orders", "stale_epoch"),
-    "RsubNoLeader": lambda r: r.leader.set_leader(False, 3),
-    "RsubTwoLeaders": lambda r: r.follower.set_leader(True, 4),
+    "RsubNoLeader": lambda r: r.leader.set_leader("orders", False, 3),
+    "RsubTwoLeaders": lambda r: r.follower.set_leader("orders", True, 4),
     "RsubNatsDown": lambda r: r.follower.set_nats_connected(False),
 }
 # histogram_quantile is beyond the evaluator; its metric and labels are checked above.

@@ -119,3 +119,24 @@ async def test_release_lets_a_follower_acquire_at_once(kv: KeyValue) -> None:
 async def test_ttl_must_be_positive(kv: KeyValue) -> None:
     with pytest.raises(ValueError, match="ttl_s"):
         Lease(kv, "a", 0)
+
+
+async def test_a_watching_lease_never_acquires_but_measures_expiry(kv: KeyValue) -> None:
+    clock_a, clock_b = Clock(), Clock()
+    a = Lease(kv, "a", TTL, key="shards.3", extra={"shards": 8}, clock=clock_a)
+    b = Lease(kv, "b", TTL, key="shards.3", clock=clock_b)
+    await b.step(acquire=False)
+    assert not b.is_leader and b.state.holder is None  # free, and left free
+    await a.step()
+    await b.step(acquire=False)
+    assert b.state.holder == "a" and b.extra == {"shards": 8} and a.extra == {"shards": 8}
+    clock_b.now += TTL
+    await b.step(acquire=False)
+    assert not b.is_leader  # expired, but b only watches
+    # Allowed to acquire, b takes the expired lease at once: it has watched for a whole ttl.
+    await b.step()
+    assert b.is_leader and b.epoch > a.state.epoch
+    # Another key of the same bucket is another lease.
+    other = Lease(kv, "a", TTL, key="shards.4", clock=clock_a)
+    await other.step()
+    assert other.is_leader and other.epoch > b.epoch

@@ -202,7 +202,7 @@ async def test_a_restarted_sidecar_rebuilds_from_its_read_stream(
 
         await wait_until(update_sent, "an update for the durable")
         before = {s.id for s in await old.list_snapshots(STREAM)}
-        old_epoch = old.epoch
+        old_epoch = old.leadership(STREAM).epoch
         await sidecars.stop("west")
 
         new = await sidecars.start("west")
@@ -213,13 +213,18 @@ async def test_a_restarted_sidecar_rebuilds_from_its_read_stream(
         assert view.last_snapshot_id in after
         assert view.mark_delete >= 3
         await wait_until(leads(new), "the new sidecar to lead")
-        assert new.epoch > old_epoch
+        assert new.leadership(STREAM).epoch > old_epoch
 
 
 async def test_a_follower_serves_reads_refuses_to_snapshot_and_takes_over(
     cluster2: LocalSuperCluster,
 ) -> None:
-    async with RegionSidecars(cluster2, serve=False) as sidecars, clients(cluster2) as conns:
+    # One shard: one replica leads the stream, the other stands by (sharing:
+    # tests/runtime/test_shared_leadership.py).
+    async with (
+        RegionSidecars(cluster2, serve=False, lease_shards=1) as sidecars,
+        clients(cluster2) as conns,
+    ):
         west = conns["west"].jetstream()
         sub = await replicated_durable(west, "west")
         await publish(west, "west", [b"a"])
@@ -236,10 +241,10 @@ async def test_a_follower_serves_reads_refuses_to_snapshot_and_takes_over(
             with pytest.raises(NotLeader, match=repr(sidecars["west"].holder)):
                 await follower.trigger_snapshot(STREAM)
 
-            old_epoch = sidecars["west"].epoch
+            old_epoch = sidecars["west"].leadership(STREAM).epoch
             await sidecars.stop("west")
             await wait_until(leads(follower), "the follower to take over")
-            assert follower.epoch > old_epoch
+            assert follower.leadership(STREAM).epoch > old_epoch
 
             # The new leader snapshots with its own epoch.
             await publish(west, "west", [b"b"])
@@ -247,7 +252,9 @@ async def test_a_follower_serves_reads_refuses_to_snapshot_and_takes_over(
 
             async def new_epoch_snapshot() -> bool:
                 snapshots = await follower.list_snapshots(STREAM)
-                return any(s.id.startswith(f"west-{follower.epoch}-") for s in snapshots)
+                return any(
+                    s.id.startswith(f"west-{follower.leadership(STREAM).epoch}-") for s in snapshots
+                )
 
             await wait_until(new_epoch_snapshot, "a snapshot of the new leader")
 
@@ -388,7 +395,7 @@ async def test_trigger_snapshot_starts_one_or_returns_the_pending_one(
             await west.commit_cursor(STREAM, "spark", 0)
             # No data at all: the interval rule alone would never start one.
             reply = await admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM))
-            assert reply.snapshot_id.startswith(f"west-{west.epoch}-")
+            assert reply.snapshot_id.startswith(f"west-{west.leadership(STREAM).epoch}-")
             again = await admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM))
             assert again.snapshot_id == reply.snapshot_id
         [stream] = (await west.status()).streams
@@ -468,7 +475,7 @@ async def test_backend_status_watch_and_set_replicated(cluster2: LocalSuperClust
         await wait_until(links_active, "both sources of the west read stream to be active")
         status = await west_rt.status()
         assert (status.region, status.leader, status.connected) == ("west", True, True)
-        assert status.epoch == west_rt.epoch > 0
+        assert status.epoch == west_rt.leadership(STREAM).epoch > 0
         assert status.streams[0].replicated_subscriptions == 2
         # Lease and cursors live in a KV bucket placed in the region itself.
         kv_info = await west.stream_info("KV_rsub-leases-west")

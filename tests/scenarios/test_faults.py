@@ -61,6 +61,8 @@ def sidecars(cluster: LocalSuperCluster, regions: list[str], **kwargs: float) ->
         interval_ms=INTERVAL_MS,
         timeout_s=kwargs.get("timeout_s", TIMEOUT_S),
         lease_ttl_s=LEASE_TTL_S,
+        # One shard: one replica leads the stream, another stands by (what these are about).
+        lease_shards=1,
     )
 
 
@@ -75,6 +77,7 @@ async def sidecar_process(
         interval_ms=INTERVAL_MS,
         timeout_s=TIMEOUT_S,
         lease_ttl_s=LEASE_TTL_S,
+        lease_shards=1,
     )
     proc = SidecarProcess(settings, workdir)
     try:
@@ -217,7 +220,7 @@ async def test_sidecar_killed_in_the_middle_of_a_snapshot(
 
         replacement = await running.start("west")
         await running.wait_leaders()
-        assert replacement.epoch > old_epoch
+        assert replacement.leadership(STREAM).epoch > old_epoch
         sent = [f"after-{i}".encode() for i in range(4)]
         await publish_paced(nc["west"], replacement, vs, sent, batch=2)
         consumed = await consume(west_js, vs, "west", DURABLE, 6)
@@ -232,7 +235,7 @@ async def test_sidecar_killed_in_the_middle_of_a_snapshot(
         await wait_until(east_at_the_end, "east to follow west to the end", DEADLINE_S)
         markers = await read_markers(nc["west"], vs, "west")
         assert in_flight[-1] not in completed_ids(markers)
-        assert any(s.epoch == replacement.epoch for s in completed_ids(markers))
+        assert any(s.epoch == replacement.leadership(STREAM).epoch for s in completed_ids(markers))
 
 
 async def last_marker(js: JetStreamContext, vs: VirtualStream, subject: str) -> Marker | None:
@@ -270,7 +273,7 @@ async def test_leader_killed_follower_takes_over_old_epoch_is_fenced(
     ):
         west_js = nc["west"].jetstream()
         east: Runtime = running["east"]
-        old_epoch = (await status_of(leader.grpc_port)).epoch
+        old_epoch = (await status_of(leader.grpc_port)).streams[0].leader_epoch
         assert old_epoch > 0 and not follower.is_leader
         await create_durable(west_js, vs, "west", DURABLE)
         await publish_paced(nc["west"], follower, vs, [b"a", b"b"], batch=2)
@@ -281,7 +284,7 @@ async def test_leader_killed_follower_takes_over_old_epoch_is_fenced(
             return follower.is_leader
 
         await wait_until(took_over, "the follower to take over", DEADLINE_S)
-        assert follower.epoch > old_epoch
+        assert follower.leadership(STREAM).epoch > old_epoch
         # East learns the new epoch from the new leader's first snapshot.
         await publish(west_js, vs, "west", [b"c"])
         await snapshot_past_data(nc["west"], follower, vs)

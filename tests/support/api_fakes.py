@@ -130,6 +130,7 @@ class MemoryBackend:
             regions=("east", "north", "west"),
             leader=self.is_leader,
             epoch=5,
+            holder="west-a",
             connected=self.readiness.connected,
             version="0.1.0",
             streams=(
@@ -144,6 +145,9 @@ class MemoryBackend:
                     ),
                     replicated_subscriptions=2,
                     snapshot_pending=False,
+                    leader_holder="west-a" if self.is_leader else "west-b",
+                    leader_epoch=5,
+                    leads=self.is_leader,
                 ),
             ),
         )

@@ -18,5 +18,5 @@ def touch_every_metric(metrics: SidecarMetrics) -> None:
     metrics.set_failover_exposure("s", "billing", 4)
     metrics.set_origin_index_bytes("s", 48)
     metrics.data_unknown_origin("s")
-    metrics.set_leader(False, 3)
+    metrics.set_leader("s", False, 3)
     metrics.set_nats_connected(False)

@@ -258,7 +258,7 @@ class SourceLink(_message.Message):
     def __init__(self, origin_region: _Optional[str] = ..., active: _Optional[bool] = ..., last_marker_age_ms: _Optional[int] = ..., lag_messages: _Optional[int] = ...) -> None: ...
 
 class StreamStatus(_message.Message):
-    __slots__ = ("stream", "write_stream", "read_stream", "last_snapshot_age_ms", "sources", "replicated_subscriptions", "snapshot_pending")
+    __slots__ = ("stream", "write_stream", "read_stream", "last_snapshot_age_ms", "sources", "replicated_subscriptions", "snapshot_pending", "leader", "leader_epoch", "leads")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     WRITE_STREAM_FIELD_NUMBER: _ClassVar[int]
     READ_STREAM_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +266,9 @@ class StreamStatus(_message.Message):
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     REPLICATED_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_PENDING_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     write_stream: str
     read_stream: str
@@ -273,10 +276,13 @@ class StreamStatus(_message.Message):
     sources: _containers.RepeatedCompositeFieldContainer[SourceLink]
     replicated_subscriptions: int
     snapshot_pending: bool
-    def __init__(self, stream: _Optional[str] = ..., write_stream: _Optional[str] = ..., read_stream: _Optional[str] = ..., last_snapshot_age_ms: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[SourceLink, _Mapping]]] = ..., replicated_subscriptions: _Optional[int] = ..., snapshot_pending: _Optional[bool] = ...) -> None: ...
+    leader: str
+    leader_epoch: int
+    leads: bool
+    def __init__(self, stream: _Optional[str] = ..., write_stream: _Optional[str] = ..., read_stream: _Optional[str] = ..., last_snapshot_age_ms: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[SourceLink, _Mapping]]] = ..., replicated_subscriptions: _Optional[int] = ..., snapshot_pending: _Optional[bool] = ..., leader: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., leads: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("region", "regions", "leader", "epoch", "connected", "streams", "version")
+    __slots__ = ("region", "regions", "leader", "epoch", "connected", "streams", "version", "holder")
     REGION_FIELD_NUMBER: _ClassVar[int]
     REGIONS_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
@@ -284,6 +290,7 @@ class StatusResponse(_message.Message):
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
     region: str
     regions: _containers.RepeatedScalarFieldContainer[str]
     leader: bool
@@ -291,7 +298,8 @@ class StatusResponse(_message.Message):
     connected: bool
     streams: _containers.RepeatedCompositeFieldContainer[StreamStatus]
     version: str
-    def __init__(self, region: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., leader: _Optional[bool] = ..., epoch: _Optional[int] = ..., connected: _Optional[bool] = ..., streams: _Optional[_Iterable[_Union[StreamStatus, _Mapping]]] = ..., version: _Optional[str] = ...) -> None: ...
+    holder: str
+    def __init__(self, region: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., leader: _Optional[bool] = ..., epoch: _Optional[int] = ..., connected: _Optional[bool] = ..., streams: _Optional[_Iterable[_Union[StreamStatus, _Mapping]]] = ..., version: _Optional[str] = ..., holder: _Optional[str] = ...) -> None: ...
 
 class TriggerSnapshotRequest(_message.Message):
     __slots__ = ("stream",)

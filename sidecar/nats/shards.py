@@ -1,0 +1,295 @@
+"""Leadership shared by the replicas of a region: streams in shards, one lease per shard.
+
+**Shards.** A stream belongs to shard `shard_of(name, shards)` (blake2s of its name: stable
+across processes, unlike Python's salted `hash`). Shard `i` has its own `Lease`, key
+`shards.<i>` of the region's bucket, with the lease's acquire/renew/expire rules; its epoch is
+the epoch of every stream in the shard. One lease per shard, not per stream: the renewals
+cost `shards` KV writes per `ttl/3` per region whatever the number of streams. Every
+acquisition writes a revision of one bucket, higher than any earlier revision of any key, so
+a stream's epochs only grow, even when it changes shard (a new shard count).
+
+**Members.** Each replica puts `members.<holder>` (with its shard count) every round; a
+member whose key kept its revision for a whole `ttl` (on this replica's monotonic clock, as
+for leases) is gone, and one with another shard count does not share this replica's shards.
+Keys of members gone for `_FORGET_TTLS` ttls are purged so the list does not grow with
+restarts.
+
+**Balance** (sticky, in rendezvous order). With `n` live members a replica's share is
+`ceil(shards / n)`. A replica above its share releases the excess: the shards it ranks
+lowest (`rank(shard, holder)`, a hash of both). A replica below its share takes free or
+expired shards, those it ranks highest first, until it has its share. A held shard only
+moves when its holder is above its share, and moving it brings that holder down to its
+share and the taker at most up to its own: with one view of the members, no rule ever makes
+a replica take a shard it must then give back, so two replicas cannot trade one back and
+forth. A join moves only the others' excess; a leave only the leaver's shards (they expire
+like any lease, within the ttl).
+
+**Gate** (rolling upgrades, shard-count changes). Key `leader` is the single lease of rsub
+before shards. One sharding replica holds it (a `Lease` writing `{"shards": N}` along), so
+an older replica sees it held and stays a follower. A replica leads shards only while the
+gate's holder writes the replica's own shard count: while an older replica (no count) or
+one with another count holds the gate, it takes no shard and releases those it holds. The
+gate is never released on stop; it expires and another replica takes it over.
+
+    leases = ShardLeases(kv, nc, "rsub-leases-west", "west-1", 10.0, 32, on_change=print)
+    task = asyncio.create_task(leases.run())
+    leases.for_stream("orders").state     # holder, epoch, whether this replica leads it
+    task.cancel(); await leases.release()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Collection
+from functools import partial
+
+import structlog
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from sidecar.nats import jsapi
+from sidecar.nats.lease import LEASE_KEY, Lease, LeaseState
+
+log = structlog.get_logger(__name__)
+
+GATE_KEY = LEASE_KEY
+SHARD_PREFIX = "shards."
+MEMBER_PREFIX = "members."
+_FORGET_TTLS = 3
+_REQUEST_TIMEOUT_S = 2.0
+# A KV key token: what is not allowed in one becomes `_` (a holder is host-pid-suffix).
+_NOT_IN_TOKEN = re.compile(r"[^-_=a-zA-Z0-9]")
+
+
+def _hash64(text: str) -> int:
+    return int.from_bytes(hashlib.blake2s(text.encode(), digest_size=8).digest(), "big")
+
+
+def shard_of(stream: str, shards: int) -> int:
+    """The shard of `stream` among `shards`: the same in every process and version."""
+    return _hash64(stream) % shards
+
+
+def rank(shard: int, holder: str) -> int:
+    """How much `holder` wants `shard` (rendezvous hashing: highest first)."""
+    return _hash64(f"{shard}/{holder}")
+
+
+def share(shards: int, members: int) -> int:
+    """The most shards one of `members` live replicas should lead."""
+    return math.ceil(shards / max(1, members))
+
+
+def excess(held: Collection[int], share: int, holder: str) -> list[int]:
+    """The shards `holder` releases when it holds `held`: beyond `share`, lowest rank first."""
+    ordered = sorted(held, key=lambda s: rank(s, holder))
+    return ordered[: max(0, len(held) - share)]
+
+
+def member_key(holder: str) -> str:
+    return MEMBER_PREFIX + _NOT_IN_TOKEN.sub("_", holder)
+
+
+class Members:
+    """This replica's announcement and its view of the live members of the region."""
+
+    def __init__(
+        self,
+        kv: KeyValue,
+        nc: Client,
+        bucket: str,
+        holder: str,
+        ttl_s: float,
+        shards: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self._kv, self._nc, self._bucket = kv, nc, bucket
+        self._holder, self._ttl, self._shards, self._clock = holder, ttl_s, shards, clock
+        self._key = member_key(holder)
+        # Per other member's key: (holder, its shard count, revision, when first seen here).
+        self._seen: dict[str, tuple[str, int | None, int, float]] = {}
+        self.live: tuple[str, ...] = (holder,)
+
+    async def announce(self) -> tuple[str, ...]:
+        """Renew this replica's key, then read the others'; the live members, sorted."""
+        value = {"holder": self._holder, "shards": self._shards}
+        await self._kv.put(self._key, json.dumps(value).encode())
+        now, live = self._clock(), [self._holder]
+        keys = [k for k in await self._keys() if k != self._key]
+        for key in set(self._seen) - set(keys):
+            del self._seen[key]
+        for key in keys:
+            try:
+                entry = await self._kv.get(key)
+            except KeyNotFoundError:
+                self._seen.pop(key, None)
+                continue
+            revision = entry.revision or 0
+            seen = self._seen.get(key)
+            if seen is None or seen[2] != revision:
+                holder, shards = _member_in(entry.value)
+                seen = self._seen[key] = (holder or key, shards, revision, now)
+            if now - seen[3] < self._ttl:
+                if seen[1] == self._shards:
+                    live.append(seen[0])
+            elif now - seen[3] >= _FORGET_TTLS * self._ttl:
+                log.info("member_forgotten", member=seen[0])
+                await self._purge(key)
+        self.live = tuple(sorted(live))
+        return self.live
+
+    async def leave(self) -> None:
+        """Withdraw the announcement (on a clean stop), so the others rebalance at once."""
+        try:
+            await self._purge(self._key)
+        except (TimeoutError, NatsError) as err:
+            log.warning("member_leave_failed", holder=self._holder, error=repr(err))
+
+    async def _keys(self) -> list[str]:
+        prefix = f"$KV.{self._bucket}."
+        info = await jsapi.request(
+            self._nc,
+            f"STREAM.INFO.KV_{self._bucket}",
+            {"subjects_filter": f"{prefix}{MEMBER_PREFIX}>"},
+            timeout_s=_REQUEST_TIMEOUT_S,
+        )
+        subjects = (info.get("state") or {}).get("subjects") or {}
+        return [s.removeprefix(prefix) for s in subjects]
+
+    async def _purge(self, key: str) -> None:
+        """Remove every message of `key`, the delete marker too (a KV delete keeps one)."""
+        await jsapi.request(
+            self._nc,
+            f"STREAM.PURGE.KV_{self._bucket}",
+            {"filter": f"$KV.{self._bucket}.{key}"},
+            timeout_s=_REQUEST_TIMEOUT_S,
+        )
+
+
+def _member_in(value: bytes | None) -> tuple[str | None, int | None]:
+    """(holder, shard count) of a member's value; None for what cannot be read."""
+    try:
+        data = json.loads(value or b"null")
+        holder, shards = data["holder"], data.get("shards")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None, None
+    valid = isinstance(shards, int) and not isinstance(shards, bool)
+    return (holder if isinstance(holder, str) else None), (shards if valid else None)
+
+
+class ShardLeases:
+    """The gate, this replica's membership and one lease per shard, stepped every `ttl/3`."""
+
+    def __init__(
+        self,
+        kv: KeyValue,
+        nc: Client,
+        bucket: str,
+        holder: str,
+        ttl_s: float,
+        shards: int,
+        *,
+        on_change: Callable[[int, LeaseState], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if shards <= 0:
+            raise ValueError(f"lease.shards must be positive, got {shards}")
+        self.holder = holder
+        self.shards = shards
+        self._ttl = ttl_s
+        self._gate = Lease(kv, holder, ttl_s, key=GATE_KEY, extra={"shards": shards}, clock=clock)
+        self._members = Members(kv, nc, bucket, holder, ttl_s, shards, clock)
+        self._leases = [
+            Lease(
+                kv,
+                holder,
+                ttl_s,
+                key=f"{SHARD_PREFIX}{i}",
+                on_change=partial(on_change, i),
+                clock=clock,
+            )
+            for i in range(shards)
+        ]
+        self._preference = sorted(range(shards), key=lambda s: rank(s, holder), reverse=True)
+        self.gate_open: bool | None = None
+
+    @property
+    def known(self) -> bool:
+        """True once a round has read the gate (leadership is known, either way)."""
+        return self._gate.known
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self._members.live
+
+    @property
+    def held(self) -> list[int]:
+        return [i for i, lease in enumerate(self._leases) if lease.is_leader]
+
+    def lease(self, shard: int) -> Lease:
+        return self._leases[shard]
+
+    def for_stream(self, stream: str) -> Lease:
+        return self._leases[shard_of(stream, self.shards)]
+
+    async def run(self) -> None:
+        """Step forever (cancel to stop); a failed round is logged and the next one retries."""
+        while True:
+            try:
+                await self.step()
+            except (TimeoutError, NatsError) as err:
+                log.warning("shard_round_failed", holder=self.holder, error=repr(err))
+            await asyncio.sleep(self._ttl / 3)
+
+    async def step(self) -> None:
+        """One round: the gate, the membership, then release the excess and renew, watch or
+        take every shard (the ones this replica prefers first)."""
+        self.gate_open = await self._gate_open()
+        try:
+            live = await self._members.announce()
+        except (TimeoutError, NatsError) as err:
+            # Renewals must not wait for the membership: go on with the last view of it.
+            log.warning("members_round_failed", holder=self.holder, error=repr(err))
+            live = self._members.live
+        mine = share(self.shards, len(live))
+        if self.gate_open is False:
+            for shard in self.held:
+                log.warning("shard_released_gate_closed", shard=shard, gate=self._gate.state)
+                await self._leases[shard].release()
+        for shard in excess(self.held, mine, self.holder):
+            log.info("shard_released_over_share", shard=shard, share=mine, members=len(live))
+            await self._leases[shard].release()
+        for shard in self._preference:
+            lease = self._leases[shard]
+            take = self.gate_open is True and len(self.held) < mine
+            try:
+                await lease.step(acquire=take)
+            except (TimeoutError, NatsError) as err:
+                log.warning("shard_step_failed", shard=shard, error=repr(err))
+
+    async def release(self) -> None:
+        """Give every shard up and leave (clean stop): the others take them over at once."""
+        for shard in self.held:
+            await self._leases[shard].release()
+        await self._members.leave()
+
+    async def _gate_open(self) -> bool | None:
+        """Whether this replica's scheme leads: True, False (another scheme holds the gate),
+        None (unknown this round: keep renewing, take nothing)."""
+        try:
+            state = await self._gate.step()
+        except (TimeoutError, NatsError) as err:
+            log.warning("gate_step_failed", holder=self.holder, error=repr(err))
+            return None
+        if state.leader:
+            return True
+        if state.holder is None:
+            return None
+        return bool(self._gate.extra.get("shards") == self.shards)
