@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.fuzz import LAUNCHER
 from tests.fuzz.seeds import SEEDS
 from tests.fuzz.targets import BROKEN, TARGETS
 
@@ -93,19 +95,22 @@ def run(target: str, budget: list[str], work_root: Path, *, quiet: bool = False)
     return Result(target, runs, seconds, coverage, escapes)
 
 
+def launcher(target: str, work_root: Path) -> Path:
+    """An executable that fuzzes `target`: libFuzzer's merge runs its argv[0] again."""
+    path = work_root / f"{target}.sh"
+    path.write_text(
+        f'#!/bin/sh\n{LAUNCHER}="$0" exec {shlex.quote(sys.executable)} '
+        f'-m tests.fuzz.one {shlex.quote(target)} "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
 def merge(target: str, work_root: Path) -> None:
+    """Add to the repository's corpus the work folder's inputs that reach new coverage."""
+    command = [str(launcher(target, work_root)), "-merge=1"]
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.fuzz.one",
-            target,
-            "-merge=1",
-            str(corpus_of(target)),
-            str(work_root / target),
-        ],
-        cwd=ROOT,
-        check=True,
+        [*command, str(corpus_of(target)), str(work_root / target)], cwd=ROOT, check=True
     )
 
 

@@ -7,9 +7,12 @@ atheris prints it, libFuzzer writes the input to its artifact file and exits non
 
 from __future__ import annotations
 
+import os
 import sys
 
 import atheris
+
+from tests.fuzz import LAUNCHER
 
 with atheris.instrument_imports(include=["sidecar"]):
     from tests.fuzz.targets import BROKEN, TARGETS
@@ -18,7 +21,9 @@ with atheris.instrument_imports(include=["sidecar"]):
 def main() -> None:
     name = sys.argv[1]
     target = {**TARGETS, **BROKEN}[name]
-    atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
+    # libFuzzer starts itself again for `-merge=1` from its argv[0]: the runner's launcher.
+    argv0 = os.environ.get(LAUNCHER, sys.argv[0])
+    atheris.Setup([argv0, *sys.argv[2:]], target)
     atheris.Fuzz()
 
 
