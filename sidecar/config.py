@@ -375,6 +375,9 @@ def load_config(path: Path | None, env: Mapping[str, str] = os.environ) -> Confi
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError([f"<file>: cannot read: {exc.strerror or exc}"], source) from exc
+        except UnicodeDecodeError as exc:
+            problem = f"<file>: not UTF-8 text: byte {exc.object[exc.start]:#04x} at {exc.start}"
+            raise ConfigError([problem], source) from exc
         except yaml.YAMLError as exc:
             raise ConfigError([f"<file>: not valid YAML: {_yaml_problem(exc)}"], source) from exc
         if data is None:

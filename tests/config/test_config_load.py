@@ -427,6 +427,15 @@ def test_load_config_file_errors(tmp_path: Path, text: str, expected: str) -> No
     assert info.value.problems[0].startswith(expected)
 
 
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    # Found by `python -m tests.fuzz config`: it was a UnicodeDecodeError traceback.
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"region: w\xe9st\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    assert info.value.problems == ["<file>: not UTF-8 text: byte 0xe9 at 9"]
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="<file>: cannot read"):
         load_config(tmp_path / "absent.yaml", {})
