@@ -133,7 +133,8 @@ class Runtime(RuntimeBackend):
         log.info("runtime_started", region=self.region, holder=self.holder)
 
     async def wait_ready(self, timeout_s: float) -> None:
-        """Wait until connected, the topology applied and every stream rebuilt and tailing.
+        """Wait until connected, the topology applied and every stream rebuilt and tailing
+        (with discovery on: also those found by the first round, which is done by then).
 
         Raises the `NatsRefused` error as soon as NATS refuses the first connection.
         """
