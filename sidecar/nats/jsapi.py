@@ -75,8 +75,9 @@ async def stream_names(
     prefix: str = API_PREFIX,
 ) -> list[str]:
     """The names of the account's streams (with `subject`: those whose subjects overlap it).
-    `STREAM.NAMES` answers one page at a time (1024 names on nats-server 2.15): ask again from
-    the next offset until the `total` it reports is reached or a page comes back empty."""
+    `STREAM.NAMES` answers one page at a time (1024 names on nats-server 2.15, the `limit` of
+    its reply): ask again from the next offset until the `total` it reports is reached or a
+    page comes back empty."""
     names: list[str] = []
     while True:
         query: dict[str, Any] = {"offset": len(names)}

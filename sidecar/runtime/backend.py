@@ -206,7 +206,7 @@ class RuntimeBackend:
     def _driver(self, stream: str) -> tuple[StreamDriver, StreamMachine]:
         driver = self._drivers.get(stream)
         if driver is None:
-            raise NotFound(f"stream {stream!r} is not configured (known: {sorted(self._drivers)})")
+            raise NotFound(f"stream {stream!r} is not run here (known: {sorted(self._drivers)})")
         if driver.machine is None:
             raise Unavailable(f"stream {stream!r} is still being rebuilt")
         return driver, driver.machine

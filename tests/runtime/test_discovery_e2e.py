@@ -19,6 +19,7 @@ from rsub_dev.sidecars import RegionSidecars, durable_config, sidecar_settings, 
 from sidecar.api.errors import NotFound
 from sidecar.config import Config
 from sidecar.naming import VirtualStream
+from sidecar.nats import jsapi
 from sidecar.nats.topology import apply_topology
 from sidecar.runtime import Runtime
 from tests.support.runtime_servers import ServerProcess
@@ -231,3 +232,14 @@ async def test_a_failed_listing_drops_nothing(tmp_path: Path) -> None:
     finally:
         await runtime.stop()
         server.stop()
+
+
+async def test_the_listing_reads_every_page(nc: Client) -> None:
+    js = nc.jetstream()
+    for i in range(1100):
+        await js.add_stream(name=f"s{i}", subjects=[f"s.{i}"], storage="memory")
+    first = await jsapi.request(nc, "STREAM.NAMES", {"offset": 0}, timeout_s=5)
+    assert len(first["streams"]) < first["total"]  # one page does not hold them all
+    names = await jsapi.stream_names(nc, timeout_s=5)
+    assert len(names) == len(set(names)) == first["total"]
+    assert {f"s{i}" for i in range(1100)} <= set(names)
