@@ -94,6 +94,8 @@ class StreamStatusView:
     """That leader's epoch (0 when unknown)."""
     leads: bool
     """Whether the replica answering leads this stream."""
+    discovered: bool
+    """Whether it runs because discovery found it (False: listed in the configuration)."""
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ class RuntimeBackend:
         self._handles = handles
         # The streams it runs: the root adds and removes those that discovery finds and drops.
         self._drivers = drivers
+        self._listed = frozenset(drivers)
         self._topology_applied = topology_applied
         # Set by the root once the bring-up has rebuilt every stream it started with.
         self._streams_rebuilt = False
@@ -250,6 +251,7 @@ class RuntimeBackend:
             leader_holder=leadership.holder,
             leader_epoch=leadership.leader_epoch,
             leads=leadership.leader,
+            discovered=vs.name not in self._listed,
         )
 
     async def _sources(self, driver: StreamDriver, now: int) -> list[views.SourceLinkView]:

@@ -116,6 +116,8 @@ async def test_a_stream_laid_out_while_running_is_followed_and_dropped_when_dele
 
         await wait_until(taken_up, "both sidecars to lead the discovered stream")
         for region in cluster2.regions:
+            (status,) = (await sidecars[region].status()).streams
+            assert status.discovered and status.read_stream == orders.read_stream(region)
             assert sample(registry[region], "rsub_streams_discovered_total") == 1
             assert sample(registry[region], "rsub_streams", source="discovered") == 1
             assert sample(registry[region], "rsub_leader", stream="orders") == 1
