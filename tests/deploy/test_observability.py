@@ -219,6 +219,7 @@ FAULTS: dict[str, Callable[[Region], None]] = {
     "RsubNoLeader": lambda r: r.leader.set_leader("orders", False, 3),
     "RsubTwoLeaders": lambda r: r.follower.set_leader("orders", True, 4),
     "RsubNatsDown": lambda r: r.follower.set_nats_connected(False),
+    "RsubDiscoveryStale": lambda r: (r.follower.discovery_round(listed=True), silence(r)),
 }
 # histogram_quantile is beyond the evaluator; its metric and labels are checked above.
 NOT_EVALUATED = {"RsubSnapshotsSlow"}
