@@ -385,8 +385,8 @@ class Config:
                     reported.add((key, problem))
                     yield key, problem
         if discovery is not None:
-            # The patterns are checked with the name `x`: a found name that breaks them
-            # (a stream name it derives taken twice, say) is skipped and logged by discovery.
+            # The patterns are checked with the name `x`; should a found name still break the
+            # naming contract, discovery skips it and logs why.
             try:
                 discovery.virtual_stream("x", regions)
             except NamingError as exc:
