@@ -245,3 +245,28 @@ async def test_the_listing_reads_every_page(nc: Client) -> None:
     names = await jsapi.stream_names(nc, timeout_s=5)
     assert len(names) == len(set(names)) == first["total"]
     assert {f"s{i}" for i in range(1100)} <= set(names)
+
+
+async def test_replicas_share_the_discovered_streams(cluster2: LocalSuperCluster) -> None:
+    names = [f"orders-{i}" for i in range(4)]
+    async with (
+        DiscoverySidecars(cluster2, streams=(), regions=["west"], serve=False) as sidecars,
+        sidecars.replica("west") as second,
+    ):
+        first = sidecars["west"]
+        nc = await nats.connect(cluster2.servers("west"))
+        try:
+            for name in names:
+                await apply_topology(nc, VirtualStream(name, tuple(cluster2.regions)))
+        finally:
+            await nc.close()
+
+        async def shared() -> bool:
+            for runtime in (first, second):
+                if await running(runtime) != set(names):
+                    return False
+            # Each stream led by exactly one of the two (which one: the shard leases).
+            leads = [[r.leadership(n).leader for r in (first, second)] for n in names]
+            return all(sum(row) == 1 for row in leads)
+
+        await wait_until(shared, "both replicas to run every stream, one leader each")
