@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import fnmatch
 import os
 import re
 import types
@@ -100,10 +101,25 @@ def _regions(value: tuple[str, ...]) -> str | None:
 
 
 def _unique_streams(value: tuple[StreamConfig, ...]) -> str | None:
-    if not value:
-        return "must list at least one stream"
+    # An empty list is checked with `discovery` (Config._check): it needs discovery on.
     dups = _duplicates(s.name for s in value)
     return f"duplicate stream name(s) {dups}" if dups else None
+
+
+# What a glob on virtual-stream names may hold: name characters and fnmatch's wildcards.
+_GLOB_RE = re.compile(r"[A-Za-z0-9_*?\[\]!-]+")
+
+
+def _globs(value: tuple[str, ...]) -> str | None:
+    if not value:
+        return "must list at least one glob"
+    bad = [glob for glob in value if not _GLOB_RE.fullmatch(glob)]
+    if bad:
+        return (
+            f"invalid glob(s) {bad}: a virtual-stream name holds letters, digits, '_' and '-'; "
+            "the wildcards are *, ? and [...]"
+        )
+    return None
 
 
 def _bucket(value: str) -> str | None:
@@ -229,6 +245,33 @@ class StreamConfig:
 
 
 @dataclass(frozen=True)
+class DiscoveryConfig:
+    """Streams found, not listed: every `interval_s` the sidecar lists the account's streams
+    and serves each virtual stream whose name matches a glob of `match` and whose read and
+    write streams in this region exist, named by `read_stream`/`write_stream` (patterns over
+    {name} and {region}, as for a listed stream). It never creates their streams."""
+
+    enabled: bool = False
+    match: tuple[str, ...] = field(default=("*",), metadata=_meta(_globs))
+    interval_s: float = field(default=30.0, metadata=_meta(_positive))
+    write_stream: str = DEFAULT_WRITE_STREAM
+    read_stream: str = DEFAULT_READ_STREAM
+
+    def matches(self, name: str) -> bool:
+        """Whether the virtual-stream `name` matches one of the globs (case-sensitive)."""
+        return any(fnmatch.fnmatchcase(name, glob) for glob in self.match)
+
+    def virtual_stream(self, name: str, regions: tuple[str, ...]) -> VirtualStream:
+        """The naming contract of the discovered stream `name` (NamingError if it breaks it)."""
+        return VirtualStream(
+            name=name,
+            regions=regions,
+            write_pattern=self.write_stream,
+            read_pattern=self.read_stream,
+        )
+
+
+@dataclass(frozen=True)
 class SnapshotConfig:
     interval_ms: int = field(default=1000, metadata=_meta(_positive))
     timeout_s: float = field(default=30.0, metadata=_meta(_positive))
@@ -296,7 +339,8 @@ class Config:
     region: str
     regions: tuple[str, ...] = field(metadata=_meta(_regions))
     nats: NatsConfig
-    streams: tuple[StreamConfig, ...] = field(metadata=_meta(_unique_streams))
+    streams: tuple[StreamConfig, ...] = field(default=(), metadata=_meta(_unique_streams))
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     cluster_for_region: Mapping[str, str] = field(
         default_factory=lambda: types.MappingProxyType({}), metadata=_meta(_cluster_names)
     )
@@ -314,6 +358,9 @@ class Config:
 
     @staticmethod
     def _check(v: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+        discovery: DiscoveryConfig | None = v.get("discovery")
+        if "streams" in v and not v["streams"] and discovery is not None and not discovery.enabled:
+            yield "streams", "must list at least one stream, or turn discovery on"
         regions: tuple[str, ...] | None = v.get("regions")
         if not regions:
             return
@@ -337,6 +384,15 @@ class Config:
                 if (key, problem) not in reported:  # region problems repeat for every stream
                     reported.add((key, problem))
                     yield key, problem
+        if discovery is not None:
+            # The patterns are checked with the name `x`; should a found name still break the
+            # naming contract, discovery skips it and logs why.
+            try:
+                discovery.virtual_stream("x", regions)
+            except NamingError as exc:
+                field_name, _, problem = str(exc).partition(": ")
+                if field_name in ("write_pattern", "read_pattern"):
+                    yield f"discovery.{_NAMING_FIELDS[field_name]}", problem
 
     def cluster_for(self, region: str) -> str:
         """The NATS cluster that hosts `region`'s streams (defaults to the region's name)."""

@@ -143,11 +143,25 @@ def region_in_stream(pattern: str, name: str, stream: str) -> str | None:
     Inverts a stream-name pattern, so a reader that only sees stream names (the Spark plugin
     reading a read stream's sources) finds the regions without knowing them in advance.
     """
-    head, *rest = pattern.format(name=name, region="\0").split("\0")
+    return _token_at_placeholder(pattern.format(name=name, region="\0"), stream)
+
+
+def name_in_stream(pattern: str, region: str, stream: str) -> str | None:
+    """The virtual-stream name that `pattern` maps to `stream` in `region`, or None.
+
+    The other inversion of a stream-name pattern: stream discovery finds the virtual streams
+    of an account from the names of its streams (`orders-read-west` -> `orders`).
+    """
+    return _token_at_placeholder(pattern.format(name="\0", region=region), stream)
+
+
+def _token_at_placeholder(filled: str, stream: str) -> str | None:
+    """The one name token that, put at every NUL of `filled`, spells `stream`; or None."""
+    head, *rest = filled.split("\0")
     if not rest:
         return None
     regex = (
-        re.escape(head) + f"(?P<region>{_TOKEN.pattern})" + "(?P=region)".join(map(re.escape, rest))
+        re.escape(head) + f"(?P<token>{_TOKEN.pattern})" + "(?P=token)".join(map(re.escape, rest))
     )
     match = re.fullmatch(regex, stream)
-    return match["region"] if match else None
+    return match["token"] if match else None

@@ -94,6 +94,8 @@ class StreamStatusView:
     """That leader's epoch (0 when unknown)."""
     leads: bool
     """Whether the replica answering leads this stream."""
+    discovered: bool
+    """Whether it runs because discovery found it (False: listed in the configuration)."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,10 @@ class Readiness:
     leadership_known: bool
     """The sidecar knows which streams it leads (a round of its shard leases is done)."""
     streams_rebuilt: bool = True
-    """Every stream's state is rebuilt from its read stream (markers, and origins with
-    progress vectors on): before that, queries would answer from nothing."""
+    """Every stream the sidecar started with (the listed ones, and with discovery on those of
+    its first round) is rebuilt from its read stream (markers, and origins with progress
+    vectors on): before that, queries would answer from nothing. A stream discovered later
+    answers UNAVAILABLE until its own rebuild is done, without making the sidecar unready."""
 
     @property
     def ready(self) -> bool:

@@ -143,6 +143,7 @@ def status_to_proto(view: StatusView) -> api_pb2.StatusResponse:
                 leader=s.leader_holder or "",
                 leader_epoch=s.leader_epoch,
                 leads=s.leads,
+                discovered=s.discovered,
                 sources=[
                     api_pb2.SourceLink(
                         origin_region=link.origin_region,
@@ -178,6 +179,7 @@ def status_from_proto(msg: api_pb2.StatusResponse) -> StatusView:
                 leader_holder=s.leader or None,
                 leader_epoch=s.leader_epoch,
                 leads=s.leads,
+                discovered=s.discovered,
                 sources=tuple(
                     SourceLinkView(
                         origin_region=link.origin_region,

@@ -7,6 +7,7 @@ nothing happens, which is exactly when they matter. docs/api.md lists every metr
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +45,11 @@ class _AgeCollector(Collector):
 
     def touch(self, *label_values: str) -> None:
         self._instants[label_values] = self._clock()
+
+    def forget(self, first_label: str) -> None:
+        """Drop every series whose first label value is `first_label`."""
+        for labels in [k for k in self._instants if k[:1] == (first_label,)]:
+            del self._instants[labels]
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
@@ -163,8 +169,40 @@ class SidecarMetrics:
             ("stream", "origin"),
             clock,
         )
+        self._streams = Gauge(
+            "rsub_streams",
+            "Virtual streams this sidecar runs, by source: listed in the configuration, or "
+            "discovered.",
+            ["source"],
+            registry=r,
+        )
+        self._streams_discovered = Counter(
+            "rsub_streams_discovered_total",
+            "Virtual streams taken up because discovery found them.",
+            registry=r,
+        )
+        self._streams_dropped = Counter(
+            "rsub_streams_dropped_total",
+            "Discovered virtual streams stopped and forgotten because their read stream here "
+            "was deleted.",
+            registry=r,
+        )
+        self._discovery_failures = Counter(
+            "rsub_discovery_rounds_failed_total",
+            "Discovery rounds that could not list the account's streams (retried next round; "
+            "no stream is dropped for it).",
+            registry=r,
+        )
+        self._last_discovery = _AgeCollector(
+            "rsub_discovery_last_round_age_seconds",
+            "Seconds since the last discovery round that listed the account's streams "
+            "(absent with discovery off, or before the first round).",
+            (),
+            clock,
+        )
         r.register(self._last_snapshot)
         r.register(self._last_marker)
+        r.register(self._last_discovery)
 
     def snapshot_started(self, stream: str) -> None:
         self._snapshots_started.labels(stream).inc()
@@ -222,3 +260,32 @@ class SidecarMetrics:
 
     def set_nats_connected(self, connected: bool) -> None:
         self._nats_connected.set(int(connected))
+
+    def set_streams(self, source: str, count: int) -> None:
+        """`source` is `listed` or `discovered`."""
+        self._streams.labels(source).set(count)
+
+    def stream_discovered(self) -> None:
+        self._streams_discovered.inc()
+
+    def stream_dropped(self, stream: str) -> None:
+        """A discovered stream is gone: count it and drop its gauges' series, which would
+        otherwise stay frozen (and its snapshot age grow) for a stream that no longer is.
+        Its counters stay: they only ever count what happened."""
+        self._streams_dropped.inc()
+        for gauge in (self._leader, self._epoch, self._origin_index_bytes):
+            with contextlib.suppress(KeyError):
+                gauge.remove(stream)
+        for subscription in {sub for st, sub, _ in self._replay_gap_series if st == stream}:
+            self.forget_subscription(stream, subscription)
+        for labels in [k for k in self._exposure_series if k[0] == stream]:
+            self.set_failover_exposure(*labels, None)
+        self._last_snapshot.forget(stream)
+        self._last_marker.forget(stream)
+
+    def discovery_round(self, listed: bool) -> None:
+        """A discovery round listed the streams (`listed`), or failed to."""
+        if listed:
+            self._last_discovery.touch()
+        else:
+            self._discovery_failures.inc()

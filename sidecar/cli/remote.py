@@ -262,7 +262,7 @@ def _status_text(view: StatusView) -> str:
         ],
     )
     if not view.streams:
-        return f"{header}\n\nno streams configured"
+        return f"{header}\n\nno streams (none listed, none discovered yet)"
     streams = table(
         (
             "STREAM",
@@ -273,6 +273,7 @@ def _status_text(view: StatusView) -> str:
             "LAST SNAPSHOT",
             "PENDING",
             "REPLICATED SUBS",
+            "FROM",
         ),
         [
             (
@@ -284,6 +285,7 @@ def _status_text(view: StatusView) -> str:
                 _age(s.last_snapshot_age_ms),
                 _yes_no(s.snapshot_pending),
                 str(s.replicated_subscriptions),
+                "discovery" if s.discovered else "config",
             )
             for s in view.streams
         ],

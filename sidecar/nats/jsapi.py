@@ -18,6 +18,8 @@ from nats.js.errors import APIError
 API_PREFIX = "$JS.API"
 # `err_code` of a `STREAM.MSG.GET` that matched no message.
 NO_MESSAGE_FOUND = 10037
+# `err_code` of a request about a stream that does not exist.
+STREAM_NOT_FOUND = 10059
 
 
 async def request(
@@ -63,3 +65,26 @@ async def msg_get(
         raise
     message: dict[str, Any] = reply["message"]
     return message
+
+
+async def stream_names(
+    nc: Client,
+    *,
+    subject: str | None = None,
+    timeout_s: float,
+    prefix: str = API_PREFIX,
+) -> list[str]:
+    """The names of the account's streams (with `subject`: those whose subjects overlap it).
+    `STREAM.NAMES` answers one page at a time (1024 names on nats-server 2.15, the `limit` of
+    its reply): ask again from the next offset until the `total` it reports is reached or a
+    page comes back empty."""
+    names: list[str] = []
+    while True:
+        query: dict[str, Any] = {"offset": len(names)}
+        if subject is not None:
+            query["subject"] = subject
+        reply = await request(nc, "STREAM.NAMES", query, timeout_s=timeout_s, prefix=prefix)
+        page = reply.get("streams") or []
+        names.extend(str(name) for name in page)
+        if not page or len(names) >= int(reply.get("total", 0)):
+            return names

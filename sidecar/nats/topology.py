@@ -36,7 +36,6 @@ DEFAULT_MAX_CONSUMERS = 10_000
 WRITE_DUPLICATE_WINDOW_NS = 2 * 60 * 1_000_000_000
 READ_DUPLICATE_WINDOW_NS = 10 * 60 * 1_000_000_000
 
-_ERR_STREAM_NOT_FOUND = 10059
 _SCAN_BATCH = 64
 _SETTLE_S = 0.5
 _SETTLE_ROUNDS = 20
@@ -113,7 +112,7 @@ class _JsApi:
         try:
             return await self.call(f"STREAM.INFO.{name}")
         except APIError as err:
-            if err.err_code == _ERR_STREAM_NOT_FOUND:
+            if err.err_code == jsapi.STREAM_NOT_FOUND:
                 return None
             raise TopologyError(name, "info", str(err.description)) from err
 
@@ -124,8 +123,9 @@ class _JsApi:
             raise TopologyError(cfg["name"], field, f"server refused: {err.description}") from err
 
     async def streams_with_subject(self, subject: str) -> list[str]:
-        reply = await self.call("STREAM.NAMES", {"subject": subject})
-        return list(reply.get("streams") or [])
+        return await jsapi.stream_names(
+            self._nc, subject=subject, timeout_s=self._timeout, prefix=self._prefix
+        )
 
     async def message_meta(self, stream: str, seq: int) -> tuple[str | None, str] | None:
         """(Nats-Stream-Source header or None, time) of message `seq`; None if absent."""

@@ -5,6 +5,7 @@ Programmatic use (tests, the demo, `rsub run`)::
     runtime = Runtime(config)          # a sidecar.config.Config; nothing happens yet
     await runtime.start()              # serve gRPC + HTTP, then connect etc. in the background
     await runtime.wait_ready(30)       # connected, topology applied, every stream rebuilt
+                                       # (with discovery: those of its first round too)
                                        # (raises NatsRefused if NATS refused the credentials)
     runtime.grpc_port, runtime.http_port   # bound ports (listen on port 0 to get free ones)
     runtime.leadership("orders")       # LeaseState: leads it?, epoch, holder (the leader)
@@ -20,8 +21,12 @@ replica in the leases (default host-pid-random); `apply_topology=False` skips
 One module per role:
 
 - `root`: `Runtime`, the composition root: serves the API, brings up (connect, topology,
-  the region's KV bucket, shard leases), retries with back-off, turns each shard lease's
-  changes into leadership inputs of the shard's streams, stops;
+  the region's KV bucket, shard leases), starts and stops one stream at a time, retries
+  with back-off, turns each shard lease's changes into leadership inputs of the shard's
+  streams, stops;
+- `discovery`: `StreamDiscovery`, with `discovery.enabled`: lists the account's streams
+  every `discovery.interval_s`, has the root start the virtual streams that match and stop
+  those whose read stream is gone;
 - `driver`: `StreamDriver`, one per virtual stream `V`: rebuilds `V`'s machine from the
   origins of the data and the markers stored in its read stream (DESIGN §5, §7), tails
   both live (origins in batches), reads positions and ticks every `snapshot.interval_ms`,

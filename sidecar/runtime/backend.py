@@ -10,7 +10,7 @@ leads that stream (the holder of its shard's lease).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
@@ -37,7 +37,7 @@ class RuntimeBackend:
         self,
         regions: Sequence[str],
         handles: RegionHandles,
-        drivers: Mapping[str, StreamDriver],
+        drivers: dict[str, StreamDriver],
         *,
         holder: str,
         topology_applied: bool,
@@ -47,14 +47,18 @@ class RuntimeBackend:
         self.holder = holder
         self._regions = tuple(regions)
         self._handles = handles
+        # The streams it runs: the root adds and removes those that discovery finds and drops.
         self._drivers = drivers
+        self._listed = frozenset(drivers)
         self._topology_applied = topology_applied
+        # Set by the root once the bring-up has rebuilt every stream it started with.
+        self._streams_rebuilt = False
 
     # ---- reads ----------------------------------------------------------------------------
 
     @property
     def is_leader(self) -> bool:
-        """Whether this replica leads at least one of the configured streams."""
+        """Whether this replica leads at least one of the streams it runs."""
         return any(self.leadership(name).leader for name in self._drivers)
 
     def leadership(self, stream: str) -> LeaseState:
@@ -71,7 +75,7 @@ class RuntimeBackend:
             connected=self._handles.conn.connected,
             topology_applied=self._topology_applied,
             leadership_known=leases is not None and leases.known,
-            streams_rebuilt=all(d.machine is not None for d in self._drivers.values()),
+            streams_rebuilt=self._streams_rebuilt,
         )
 
     async def get_subscription(self, stream: str, subscription: str) -> views.SubscriptionView:
@@ -113,7 +117,8 @@ class RuntimeBackend:
                 yield view
 
     async def status(self) -> views.StatusView:
-        streams = [await self._stream_status(driver) for driver in self._drivers.values()]
+        # A copy: discovery may add or drop a stream while the source links are read.
+        streams = [await self._stream_status(driver) for driver in list(self._drivers.values())]
         return views.StatusView(
             region=self.region,
             regions=self._regions,
@@ -202,7 +207,7 @@ class RuntimeBackend:
     def _driver(self, stream: str) -> tuple[StreamDriver, StreamMachine]:
         driver = self._drivers.get(stream)
         if driver is None:
-            raise NotFound(f"stream {stream!r} is not configured (known: {sorted(self._drivers)})")
+            raise NotFound(f"stream {stream!r} is not run here (known: {sorted(self._drivers)})")
         if driver.machine is None:
             raise Unavailable(f"stream {stream!r} is still being rebuilt")
         return driver, driver.machine
@@ -246,6 +251,7 @@ class RuntimeBackend:
             leader_holder=leadership.holder,
             leader_epoch=leadership.leader_epoch,
             leads=leadership.leader,
+            discovered=vs.name not in self._listed,
         )
 
     async def _sources(self, driver: StreamDriver, now: int) -> list[views.SourceLinkView]:

@@ -27,6 +27,7 @@ from sidecar.nats.shards import ShardLeases, shard_of
 from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
 from sidecar.runtime.backend import RuntimeBackend
+from sidecar.runtime.discovery import StreamDiscovery
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 
@@ -88,11 +89,20 @@ class Runtime(RuntimeBackend):
         self._serve = serve
         # The streams of each shard; per stream, (leads, epoch) as last handed to its driver.
         self._shard_streams: dict[int, list[StreamDriver]] = {}
-        for name, driver in drivers.items():
-            shard = shard_of(name, config.lease.shards)
-            self._shard_streams.setdefault(shard, []).append(driver)
+        for driver in drivers.values():
+            self._shard_of(driver).append(driver)
         self._leadership: dict[str, tuple[bool, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        # Per stream, the tasks that run it (what stopping that one stream cancels).
+        self._stream_tasks: dict[str, list[asyncio.Task[None]]] = {}
+        self.metrics.set_streams("listed", len(drivers))
+        self._discovery = (
+            StreamDiscovery(
+                config, conn, self.metrics, add=self._add_stream, drop=self._drop_stream
+            )
+            if config.discovery.enabled
+            else None
+        )
         self._stopping = False
         self._ready = asyncio.Event()
         self._failed = asyncio.Event()
@@ -123,7 +133,8 @@ class Runtime(RuntimeBackend):
         log.info("runtime_started", region=self.region, holder=self.holder)
 
     async def wait_ready(self, timeout_s: float) -> None:
-        """Wait until connected, the topology applied and every stream rebuilt and tailing.
+        """Wait until connected, the topology applied and every stream rebuilt and tailing
+        (with discovery on: also those found by the first round, which is done by then).
 
         Raises the `NatsRefused` error as soon as NATS refuses the first connection.
         """
@@ -177,7 +188,7 @@ class Runtime(RuntimeBackend):
             log.error("tasks_not_stopping", tasks=sorted(t.get_name() for t in pending))
         self._tasks.clear()
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+    def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         async def guarded() -> None:
             try:
                 await coro
@@ -186,7 +197,9 @@ class Runtime(RuntimeBackend):
             except Exception:
                 log.exception("task_failed", task=name)
 
-        self._tasks.append(asyncio.create_task(guarded(), name=f"rsub-{name}"))
+        task = asyncio.create_task(guarded(), name=f"rsub-{name}")
+        self._tasks.append(task)
+        return task
 
     async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run `attempt` until it succeeds, with back-off; every failure is logged."""
@@ -239,15 +252,66 @@ class Runtime(RuntimeBackend):
         )
         self._handles.leases = leases
         self._spawn(leases.run(), "leases")
-        for name, driver in self._drivers.items():
-            await self._retry(f"rebuild {name}", driver.rebuild)
-            self._spawn(driver.drive(), f"drive-{name}")
-            self._spawn(driver.tail(), f"tail-{name}")
-            if self.config.progress.enabled:  # off: PIP-33 only, no origin index
-                self._spawn(driver.index(), f"index-{name}")
-            self._spawn(driver.tick(), f"tick-{name}")
+        for driver in list(self._drivers.values()):
+            await self._start_stream(driver)
+        if self._discovery is not None:
+            # Ready once the first round's streams are rebuilt too (docs/api.md, /readyz).
+            await self._retry("stream discovery", self._discovery.round)
+            first = [t for name in self._discovery.running for t in self._stream_tasks[name]]
+            self._spawn(self._discovery.run(), "discovery")
+            if first:
+                await asyncio.wait(first)
+        self._streams_rebuilt = True
         self._ready.set()
         log.info("runtime_ready", region=self.region, streams=list(self._drivers))
+
+    async def _start_stream(self, driver: StreamDriver) -> None:
+        """Rebuild one stream's machine, then run its loops (bring-up, and each stream
+        discovery takes up)."""
+        name = driver.vs.name
+        await self._retry(f"rebuild {name}", driver.rebuild)
+        tasks = self._stream_tasks.setdefault(name, [])
+        tasks.append(self._spawn(driver.drive(), f"drive-{name}"))
+        tasks.append(self._spawn(driver.tail(), f"tail-{name}"))
+        if self.config.progress.enabled:  # off: PIP-33 only, no origin index
+            tasks.append(self._spawn(driver.index(), f"index-{name}"))
+        tasks.append(self._spawn(driver.tick(), f"tick-{name}"))
+
+    def _add_stream(self, vs: VirtualStream) -> None:
+        """Take up a stream discovery found: its driver joins the API and its shard (with the
+        shard's leadership as it stands), and is started in a task of its own."""
+        if self._stopping:
+            return
+        driver = StreamDriver(vs, machine_config(self.config, vs), self._handles, self.metrics)
+        self._drivers[vs.name] = driver
+        self._shard_of(driver).append(driver)
+        leases = self._handles.leases
+        if leases is not None:
+            shard = shard_of(vs.name, self.config.lease.shards)
+            self._hand_leadership(driver, shard, leases.lease(shard).state)
+        start = self._spawn(self._start_stream(driver), f"start-{vs.name}")
+        self._stream_tasks.setdefault(vs.name, []).append(start)
+
+    async def _drop_stream(self, name: str) -> None:
+        """Stop a discovered stream whose read stream is gone, and forget it."""
+        driver = self._drivers.pop(name)
+        driver.stop()
+        self._shard_of(driver).remove(driver)
+        self._leadership.pop(name, None)
+        tasks = self._stream_tasks.pop(name, [])
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self.metrics.stream_dropped(name)
+        async with driver.changed:  # watchers of its subscriptions end (NotFound)
+            driver.changed.notify_all()
+
+    def _shard_of(self, driver: StreamDriver) -> list[StreamDriver]:
+        """The streams of `driver`'s shard (the list it is, or is to be, in)."""
+        shard = shard_of(driver.vs.name, self.config.lease.shards)
+        return self._shard_streams.setdefault(shard, [])
 
     async def _topology(self, vs: VirtualStream) -> None:
         report = await apply_topology(
@@ -269,19 +333,22 @@ class Runtime(RuntimeBackend):
     def _on_shard(self, shard: int, state: LeaseState) -> None:
         """A shard's lease changed: each of its streams' machines learns it in turn."""
         for driver in self._shard_streams.get(shard, []):
-            name = driver.vs.name
-            # A follower shows the leader's epoch: every replica reports the same one.
-            self.metrics.set_leader(name, state.leader, state.leader_epoch)
-            leadership = (state.leader, state.epoch)
-            if leadership == self._leadership.get(name, (False, 0)):
-                continue
-            self._leadership[name] = leadership
-            log.info(
-                "leadership_changed",
-                stream=name,
-                shard=shard,
-                leader=state.leader,
-                epoch=state.epoch,
-                holder=state.holder,
-            )
-            driver.leadership(state.leader, state.epoch)
+            self._hand_leadership(driver, shard, state)
+
+    def _hand_leadership(self, driver: StreamDriver, shard: int, state: LeaseState) -> None:
+        name = driver.vs.name
+        # A follower shows the leader's epoch: every replica reports the same one.
+        self.metrics.set_leader(name, state.leader, state.leader_epoch)
+        leadership = (state.leader, state.epoch)
+        if leadership == self._leadership.get(name, (False, 0)):
+            return
+        self._leadership[name] = leadership
+        log.info(
+            "leadership_changed",
+            stream=name,
+            shard=shard,
+            leader=state.leader,
+            epoch=state.epoch,
+            holder=state.holder,
+        )
+        driver.leadership(state.leader, state.epoch)

@@ -234,6 +234,11 @@ def test_schema_rejects_missing_region(helm_tool: ModuleType) -> None:
             "at '/config/streams/2/name'",
         ),
         (lambda v: v["natsSecret"].update(auth="kerberos"), "at '/natsSecret/auth'"),
+        (lambda v: v["config"].update(streams=[]), "at '/config/streams': minItems"),
+        (
+            lambda v: v["config"].update(discovery={"enabled": True, "match": ["a.b"]}),
+            "at '/config/discovery/match/0'",
+        ),
     ],
 )
 def test_schema_rejects_bad_values(helm_tool: ModuleType, change: Any, message: str) -> None:
@@ -241,6 +246,16 @@ def test_schema_rejects_bad_values(helm_tool: ModuleType, change: Any, message: 
     change(values)
     with pytest.raises(helm_tool.ChartError, match=message):
         helm_tool.render(CHART, values)
+
+
+def test_discovery_alone_renders_a_config_the_sidecar_accepts(helm_tool: ModuleType) -> None:
+    values = minimal(helm_tool)
+    values["config"].update(streams=[], discovery={"enabled": True, "match": ["orders-*"]})
+    objs = objects(helm_tool, values, "rsub-west")
+    data = yaml.safe_load(objs["ConfigMap"]["data"]["sidecar.yaml"])
+    config = Config.from_mapping(data)
+    assert config.streams == ()
+    assert config.discovery.enabled and config.discovery.match == ("orders-*",)
 
 
 def test_region_outside_regions_fails_rendering(helm_tool: ModuleType) -> None:

@@ -205,6 +205,12 @@ def silence(region: Region) -> None:
     region.now += 400
 
 
+def discovery_stale(region: Region) -> None:
+    """One replica listed the streams once, then never again."""
+    region.follower.discovery_round(listed=True)
+    silence(region)
+
+
 # What makes each alert fire, done to a healthy region (the documented thresholds).
 FAULTS: dict[str, Callable[[Region], None]] = {
     "RsubSnapshotsStalled": stall,
@@ -219,6 +225,7 @@ FAULTS: dict[str, Callable[[Region], None]] = {
     "RsubNoLeader": lambda r: r.leader.set_leader("orders", False, 3),
     "RsubTwoLeaders": lambda r: r.follower.set_leader("orders", True, 4),
     "RsubNatsDown": lambda r: r.follower.set_nats_connected(False),
+    "RsubDiscoveryStale": discovery_stale,
 }
 # histogram_quantile is beyond the evaluator; its metric and labels are checked above.
 NOT_EVALUATED = {"RsubSnapshotsSlow"}

@@ -148,6 +148,7 @@ class MemoryBackend:
                     leader_holder="west-a" if self.is_leader else "west-b",
                     leader_epoch=5,
                     leads=self.is_leader,
+                    discovered=True,
                 ),
             ),
         )

@@ -20,3 +20,7 @@ def touch_every_metric(metrics: SidecarMetrics) -> None:
     metrics.data_unknown_origin("s")
     metrics.set_leader("s", False, 3)
     metrics.set_nats_connected(False)
+    metrics.set_streams("discovered", 2)
+    metrics.stream_discovered()
+    metrics.discovery_round(listed=True)
+    metrics.discovery_round(listed=False)

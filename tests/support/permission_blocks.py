@@ -15,6 +15,8 @@ from typing import Any
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 SIDECAR_BLOCK = "rsub-sidecar-permissions"
+# The sidecar's block with stream discovery on (any stream of the account).
+SIDECAR_DISCOVERY_BLOCK = "rsub-sidecar-discovery-permissions"
 APP_BLOCK = "rsub-app-permissions"
 # The region the documented blocks are written for, and the other region they name.
 DOC_REGION, DOC_OTHER = "west", "east"

@@ -258,7 +258,7 @@ class SourceLink(_message.Message):
     def __init__(self, origin_region: _Optional[str] = ..., active: _Optional[bool] = ..., last_marker_age_ms: _Optional[int] = ..., lag_messages: _Optional[int] = ...) -> None: ...
 
 class StreamStatus(_message.Message):
-    __slots__ = ("stream", "write_stream", "read_stream", "last_snapshot_age_ms", "sources", "replicated_subscriptions", "snapshot_pending", "leader", "leader_epoch", "leads")
+    __slots__ = ("stream", "write_stream", "read_stream", "last_snapshot_age_ms", "sources", "replicated_subscriptions", "snapshot_pending", "leader", "leader_epoch", "leads", "discovered")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     WRITE_STREAM_FIELD_NUMBER: _ClassVar[int]
     READ_STREAM_FIELD_NUMBER: _ClassVar[int]
@@ -269,6 +269,7 @@ class StreamStatus(_message.Message):
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEADS_FIELD_NUMBER: _ClassVar[int]
+    DISCOVERED_FIELD_NUMBER: _ClassVar[int]
     stream: str
     write_stream: str
     read_stream: str
@@ -279,7 +280,8 @@ class StreamStatus(_message.Message):
     leader: str
     leader_epoch: int
     leads: bool
-    def __init__(self, stream: _Optional[str] = ..., write_stream: _Optional[str] = ..., read_stream: _Optional[str] = ..., last_snapshot_age_ms: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[SourceLink, _Mapping]]] = ..., replicated_subscriptions: _Optional[int] = ..., snapshot_pending: _Optional[bool] = ..., leader: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., leads: _Optional[bool] = ...) -> None: ...
+    discovered: bool
+    def __init__(self, stream: _Optional[str] = ..., write_stream: _Optional[str] = ..., read_stream: _Optional[str] = ..., last_snapshot_age_ms: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[SourceLink, _Mapping]]] = ..., replicated_subscriptions: _Optional[int] = ..., snapshot_pending: _Optional[bool] = ..., leader: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., leads: _Optional[bool] = ..., discovered: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ("region", "regions", "leader", "epoch", "connected", "streams", "version", "holder")
