@@ -16,12 +16,16 @@ wall time):
 
 - parse: protobuf `ParseFromString` of every marker seen;
 - decode: `markers.decode` (parse, validation, building the dataclasses); validate = decode
-  minus parse;
+  minus parse; building = the decoded dataclasses alone, built again from plain values;
 - check_writer: the subject check the driver applies after decoding;
 - encode: `markers.encode` of the markers this region publishes (about half of those seen);
 - machine: the state machine alone, fed the decoded markers and the other inputs;
 - pipeline: all of it as a sidecar does it per marker: encode what it publishes, decode and
-  check every marker it sees, feed the machine. `markers/s with codec` is this one.
+  check every marker it sees, feed the machine. `markers/s with codec` is this one;
+- the machine per input kind: each call timed alone (`perf_counter_ns`, wall time, so it
+  includes the other load's interference), with its share of the machine's time. An input's
+  cost includes the outputs it produces (a response that completes a snapshot sends the
+  updates of every subscription that passed it).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from rsub_dev.sim import SimParams, run
 from sidecar._gen.rsub.v1 import markers_pb2
@@ -59,6 +64,7 @@ from sidecar.protocol import (
     decode,
     encode,
 )
+from sidecar.protocol.markers import Body
 
 REGIONS = ("a", "b", "c")
 STREAM = "V"
@@ -225,6 +231,13 @@ def measure(streams: int, subs_per_stream: int, rounds: int) -> dict[str, float]
         for m in own:
             encode(m)
 
+    builds = [_build_args(s.marker) for s in seen]
+
+    def build_all() -> None:
+        """The decoded dataclasses alone, from plain values (what `decode` builds)."""
+        for body_cls, before, sid, after, envelope in builds:
+            Marker(*envelope, body_cls(*before, SnapshotId(*sid) if sid else None, *after))
+
     def replay(codec: bool) -> None:
         machines = script.machines()
         outputs = 0
@@ -242,7 +255,7 @@ def measure(streams: int, subs_per_stream: int, rounds: int) -> dict[str, float]
             outputs += len(m.marker_seen(step.seq, marker))
         assert outputs == script.outputs, "the replay did not follow the recorded run"
 
-    parse_s, decode_s = _cpu(parse), _cpu(decode_all)
+    parse_s, decode_s, build_s = _cpu(parse), _cpu(decode_all), _cpu(build_all)
     check_s, encode_s = _cpu(check_all), _cpu(encode_all)
     machine_s, pipeline_s = _cpu(lambda: replay(False)), _cpu(lambda: replay(True))
     us = 1e6 / n
@@ -252,13 +265,70 @@ def measure(streams: int, subs_per_stream: int, rounds: int) -> dict[str, float]
         "pipeline_markers_per_s": n / pipeline_s,
         "parse_us": parse_s * us,
         "validate_us": (decode_s - parse_s) * us,
+        "build_us": build_s * us,
         "decode_us": decode_s * us,
         "check_writer_us": check_s * us,
         "encode_us_per_own": encode_s * 1e6 / len(own),
         "encode_us": encode_s * us,
         "machine_us": machine_s * us,
         "pipeline_us": pipeline_s * us,
-    }
+    } | _machine_by_kind(script)
+
+
+def _kind(step: Step) -> str:
+    if isinstance(step, Other):
+        call = step.call
+        return call.func.__name__ if isinstance(call, partial) else "other"
+    return f"{'own' if step.own else 'remote'} {type(step.marker.body).__name__.lower()}"
+
+
+def _machine_by_kind(script: Script) -> dict[str, float]:
+    """The machine's cost per input kind: `us:<kind>` per call and `share:<kind>` of the
+    machine's time (each call timed alone, so the timer adds ~0.1 us per call)."""
+    machines = script.machines()
+    spent: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    clock = time.perf_counter_ns
+    for step in script.steps:
+        m = machines[step.stream]
+        if isinstance(step, Other):
+            t0 = clock()
+            step.call(m)
+        else:
+            t0 = clock()
+            m.marker_seen(step.seq, step.marker)
+        elapsed = clock() - t0
+        kind = _kind(step)
+        spent[kind] = spent.get(kind, 0) + elapsed
+        calls[kind] = calls.get(kind, 0) + 1
+    total = sum(spent.values())
+    out: dict[str, float] = {}
+    for kind in spent:
+        out[f"us:{kind}"] = spent[kind] / calls[kind] / 1e3
+        out[f"share:{kind}"] = 100 * spent[kind] / total
+        out[f"calls:{kind}"] = calls[kind]
+    return out
+
+
+_Build = tuple[
+    Callable[..., Body],
+    tuple[Any, ...],
+    tuple[str, int, int] | None,
+    tuple[Any, ...],
+    tuple[str, str, int],
+]
+
+
+def _build_args(marker: Marker) -> _Build:
+    """How to build `marker` again from plain values: its body's class, the body's fields
+    before and after its snapshot id, the id's fields, and the envelope's fields."""
+    body = marker.body
+    values = [getattr(body, f.name) for f in dataclasses.fields(body)]
+    at = 2 if isinstance(body, Update) else 0
+    sid: SnapshotId | None = values[at]
+    sid_args = None if sid is None else (sid.region, sid.epoch, sid.counter)
+    envelope = (marker.region, marker.stream, marker.epoch)
+    return type(body), tuple(values[:at]), sid_args, tuple(values[at + 1 :]), envelope
 
 
 ROWS = [
@@ -266,6 +336,7 @@ ROWS = [
     ("pipeline_markers_per_s", "markers/s, with codec (encode+decode+check+machine)", "{:,.0f}"),
     ("parse_us", "us/marker: protobuf parse", "{:.2f}"),
     ("validate_us", "us/marker: validation + dataclasses", "{:.2f}"),
+    ("build_us", "us/marker: of which building dataclasses", "{:.2f}"),
     ("decode_us", "us/marker: decode (parse + validate)", "{:.2f}"),
     ("check_writer_us", "us/marker: check_writer", "{:.2f}"),
     ("encode_us", "us/marker: encode (own markers, spread)", "{:.2f}"),
@@ -291,6 +362,19 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
     print(f"  {'':<{width}}" + "".join(f"  {label:>30}" for label in labels))
     for key, title, fmt in ROWS:
         cells = [_summary([r[key] for r in results[label]], fmt) for label in labels]
+        print(f"  {title:<{width}}" + "".join(f"  {c:>30}" for c in cells))
+    print("  state machine per input kind: us per call, and its share of the machine's time")
+    kinds = sorted(
+        (k[3:] for k in first if k.startswith("us:")), key=lambda k: -first[f"share:{k}"]
+    )
+    rounds = first["calls:tick"]
+    for kind in kinds:
+        title = f"    {kind} (x{first[f'calls:{kind}'] / rounds:g} per stream-round)"
+        cells = [
+            f"{_summary([r[f'us:{kind}'] for r in results[label]], '{:.2f}')} "
+            f"{statistics.median(r[f'share:{kind}'] for r in results[label]):4.1f}%"
+            for label in labels
+        ]
         print(f"  {title:<{width}}" + "".join(f"  {c:>30}" for c in cells))
 
 
