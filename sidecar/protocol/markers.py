@@ -10,6 +10,7 @@ for the server's de-duplication when it is published.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import re
 from collections.abc import Collection, Mapping, MutableMapping
@@ -347,7 +348,13 @@ def _snapshot_id(
         _bad_position(f"{field}.epoch", epoch)
     if not 0 < counter <= MAX_POSITION:
         _bad_position(f"{field}.counter", counter)
-    return SnapshotId(region, epoch, counter)
+    return _intern_id(region, epoch, counter)
+
+
+# One snapshot id is named by many markers (both rounds' requests and responses, the completed
+# snapshot, and the update of every subscription that passes it): decoded ids are shared
+# rather than built again (SnapshotId is immutable; a hit costs a fifth of building one).
+_intern_id = functools.lru_cache(maxsize=4096)(SnapshotId)
 
 
 def _positions(
