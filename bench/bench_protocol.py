@@ -23,15 +23,16 @@ wall time):
 - pipeline: all of it as a sidecar does it per marker: encode what it publishes, decode and
   check every marker it sees, feed the machine. `markers/s with codec` is this one;
 - the machine per input kind: each call timed alone (`perf_counter_ns`, wall time, so it
-  includes the other load's interference), with its share of the machine's time. An input's
-  cost includes the outputs it produces (a response that completes a snapshot sends the
-  updates of every subscription that passed it).
+  includes the other load's interference; garbage collector off), with its share of the
+  machine's time. An input's cost includes the outputs it produces (a response that
+  completes a snapshot sends the updates of every subscription that passed it).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -293,23 +294,30 @@ def _kind(step: Step) -> str:
 
 def _machine_by_kind(script: Script) -> dict[str, float]:
     """The machine's cost per input kind: `us:<kind>` per call and `share:<kind>` of the
-    machine's time (each call timed alone, so the timer adds ~0.1 us per call)."""
+    machine's time (each call timed alone, so the timer adds ~0.1 us per call). The garbage
+    collector is off for this pass: a collection would be charged to whichever call happened
+    to trigger it (the other figures include collections)."""
     machines = script.machines()
     spent: dict[str, int] = {}
     calls: dict[str, int] = {}
     clock = time.perf_counter_ns
-    for step in script.steps:
-        m = machines[step.stream]
-        if isinstance(step, Other):
-            t0 = clock()
-            step.call(m)
-        else:
-            t0 = clock()
-            m.marker_seen(step.seq, step.marker)
-        elapsed = clock() - t0
-        kind = _kind(step)
-        spent[kind] = spent.get(kind, 0) + elapsed
-        calls[kind] = calls.get(kind, 0) + 1
+    gc.collect()
+    gc.disable()
+    try:
+        for step in script.steps:
+            m = machines[step.stream]
+            if isinstance(step, Other):
+                t0 = clock()
+                step.call(m)
+            else:
+                t0 = clock()
+                m.marker_seen(step.seq, step.marker)
+            elapsed = clock() - t0
+            kind = _kind(step)
+            spent[kind] = spent.get(kind, 0) + elapsed
+            calls[kind] = calls.get(kind, 0) + 1
+    finally:
+        gc.enable()
     total = sum(spent.values())
     out: dict[str, float] = {}
     for kind in spent:
