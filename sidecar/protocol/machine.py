@@ -273,7 +273,8 @@ class _Sub:
     cache: SnapshotCache[Snapshot]
     exists: bool = True
     mark_delete: int | None = None
-    last_sent: SentUpdate | None = None
+    last_sent: Update | None = None  # the query's `SentUpdate` is built from it when asked
+    sent_ms: int = 0
     target: int | None = None  # position an applied update asks for, not yet carried out
     progress: dict[str, int] = field(default_factory=dict)  # merged vectors received
     exposure: int | None = None
@@ -302,7 +303,9 @@ class StreamMachine:
         self._last_completed_id: SnapshotId | None = None
         self._own_max_id: SnapshotId | None = None  # highest own snapshot id seen in markers
         self._subs: dict[str, _Sub] = {}
-        self._applied: dict[str, dict[str, AppliedUpdate]] = {}
+        # Per subscription and origin: the last update applied (snapshot id, position here,
+        # when); the query's `AppliedUpdate` is built from it when asked.
+        self._applied: dict[str, dict[str, tuple[SnapshotId, int, int]]] = {}
         self._index = OriginIndex()
 
     @classmethod
@@ -510,14 +513,26 @@ class StreamMachine:
         sub = self._subs.get(name)
         if sub is None:
             return None
+        u = sub.last_sent
+        sent = None
+        if u is not None:
+            sent = SentUpdate(
+                u.snapshot_id,
+                u.local_position,
+                u.positions,
+                sub.sent_ms,
+                u.progress,
+                u.progress_position,
+            )
+        applied = self._applied.get(name, {})
         return MachineSubscription(
             name,
             sub.info.kind,
             sub.info.replicated,
             sub.exists,
             sub.mark_delete,
-            sub.last_sent,
-            tuple(self._applied.get(name, {}).values()),
+            sent,
+            tuple(AppliedUpdate(o, sid, p, ms) for o, (sid, p, ms) in applied.items()),
             len(sub.cache),
             dict(sub.progress),
             sub.exposure,
@@ -645,7 +660,7 @@ class StreamMachine:
         readable = self.config.progress and mark_delete >= self._index.trimmed_through
         progress = self._vector_at(mark_delete) if readable else {}
         # A changed vector goes out at most once per interval (a snapshot carries it at once).
-        due = sent is None or self._now - sent.sent_ms >= self.config.interval_ms
+        due = sent is None or self._now - sub.sent_ms >= self.config.interval_ms
         if snapshot is None and not (progress and progress != sent_progress and due):
             return
         sid: SnapshotId | None = None
@@ -657,8 +672,8 @@ class StreamMachine:
         at = mark_delete
         if not progress:
             progress, at = dict(sent_progress), sent.progress_position if sent is not None else 0
-        sub.last_sent = SentUpdate(sid, local, positions, self._now, progress, at)
         update = Update(name, sub.info.kind, sid, local, positions, sub.info.config, progress, at)
+        sub.last_sent, sub.sent_ms = update, self._now
         out.append(self._publish(update))
         out.append(UpdateSent(name, sid, positions, progress))
 
@@ -672,14 +687,7 @@ class StreamMachine:
         )
         newer_progress = body.progress_position > (sent.progress_position if sent else 0)
         if sent is None or newer_snapshot or newer_progress:
-            sub.last_sent = SentUpdate(
-                body.snapshot_id,
-                body.local_position,
-                body.positions,
-                self._now,
-                body.progress,
-                body.progress_position,
-            )
+            sub.last_sent, sub.sent_ms = body, self._now
             if body.snapshot_id is not None:
                 sub.cache.advance(body.local_position)
 
@@ -703,38 +711,40 @@ class StreamMachine:
         sub = self._subs.get(name)
         if sub is not None and not sub.info.replicated:
             return [MarkerIgnored(IgnoreReason.NOT_REPLICATED, origin, f"update of {name}")]
-        position = body.positions.get(self._region) if body.snapshot_id is not None else None
+        sid = body.snapshot_id
+        position = body.positions.get(self._region) if sid is not None else None
         applied = self._applied.setdefault(name, {})
         previous = applied.get(origin)
         ignored: MarkerIgnored | None = None
-        if body.snapshot_id is None:
+        if sid is None:
             pass
         elif position is None:
             ignored = MarkerIgnored(IgnoreReason.NOT_NAMED, origin, f"update of {name}")
-        elif previous is not None and body.snapshot_id <= previous.snapshot_id:
-            reason = (
-                IgnoreReason.DUPLICATE
-                if body.snapshot_id == previous.snapshot_id
-                else IgnoreReason.OLDER_UPDATE
-            )
-            ignored = MarkerIgnored(reason, origin, f"update of {name} {body.snapshot_id}")
+        elif previous is not None and sid <= previous[0]:
+            reason = IgnoreReason.DUPLICATE if sid == previous[0] else IgnoreReason.OLDER_UPDATE
+            ignored = MarkerIgnored(reason, origin, f"update of {name} {sid}")
             position = None
         progress = body.progress if self.config.progress else {}
-        if sub is not None and all(sub.progress.get(o, 0) >= s for o, s in progress.items()):
+        known = sub.progress if sub is not None else None
+        if (
+            progress
+            and known is not None
+            and all(known.get(o, 0) >= s for o, s in progress.items())
+        ):
             progress = {}  # nothing this region does not know already
         if position is None and not progress:
             return [ignored] if ignored is not None else []
         if sub is None:
             info = SubscriptionInfo(body.kind, True, body.config)
             sub = self._subs[name] = _Sub(info, SnapshotCache(self.config.cache_size), False)
-        if position is not None and body.snapshot_id is not None:
-            applied[origin] = AppliedUpdate(origin, body.snapshot_id, position, self._now)
+        if position is not None and sid is not None:
+            applied[origin] = (sid, position, self._now)
             if sub.target is None or position > sub.target:
                 sub.target = position
         for o, s in progress.items():
             sub.progress[o] = max(sub.progress.get(o, 0), s)
         out: list[Output] = [
-            UpdateApplied(name, origin, body.snapshot_id if position else None, position, progress)
+            UpdateApplied(name, origin, sid if position else None, position, progress)
         ]
         # A vector alone moves an existing subscription at the next positions read: at most
         # one move per interval however many updates arrive (a move is several requests).
@@ -774,7 +784,9 @@ class StreamMachine:
         return PublishReplicated(Marker(self._region, self.config.stream, self._epoch, body))
 
     def _note_marker_seq(self, read_seq: int) -> None:
-        if read_seq > self._last_marker_seq + 1:
-            self._data_high = max(self._data_high, read_seq - 1)
-        self._last_marker_seq = max(self._last_marker_seq, read_seq)
-        self._last_seq = max(self._last_seq, read_seq)
+        if read_seq > self._last_marker_seq:
+            if read_seq > self._last_marker_seq + 1:
+                self._data_high = max(self._data_high, read_seq - 1)
+            self._last_marker_seq = read_seq
+        if read_seq > self._last_seq:
+            self._last_seq = read_seq

@@ -10,10 +10,12 @@ for the server's de-duplication when it is published.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from google.protobuf.message import DecodeError
 
@@ -132,34 +134,38 @@ class _Invalid(Exception):
 
 
 def encode(marker: Marker) -> bytes:
+    # Fields are set on the message in place: building it from keyword arguments costs twice
+    # as much (a map argument goes through the pure-Python `MutableMapping.update`).
+    msg = pb.Marker(region=marker.region, stream=marker.stream, epoch=marker.epoch)
     body = marker.body
     if isinstance(body, Request):
-        request = pb.SnapshotRequest(id=_id_pb(body.id), round=body.round)
-        msg = _envelope(marker, request=request)
+        request = msg.request
+        _set_id(request.id, body.id)
+        request.round = body.round
     elif isinstance(body, Response):
-        response = pb.SnapshotResponse(id=_id_pb(body.id), round=body.round, position=body.position)
-        msg = _envelope(marker, response=response)
+        response = msg.response
+        _set_id(response.id, body.id)
+        response.round = body.round
+        response.position = body.position
     elif isinstance(body, Snapshot):
-        snapshot = pb.CompletedSnapshot(
-            id=_id_pb(body.id),
-            local_position=body.local_position,
-            positions=body.positions,
-            started_unix_ms=body.started_ms,
-            completed_unix_ms=body.completed_ms,
-        )
-        msg = _envelope(marker, snapshot=snapshot)
+        snapshot = msg.snapshot
+        _set_id(snapshot.id, body.id)
+        snapshot.local_position = body.local_position
+        _set_map(snapshot.positions, body.positions)
+        snapshot.started_unix_ms = body.started_ms
+        snapshot.completed_unix_ms = body.completed_ms
     else:
-        update = pb.SubscriptionUpdate(
-            subscription=body.subscription,
-            kind=_KIND_TO_PB[body.kind],
-            snapshot_id=_id_pb(body.snapshot_id) if body.snapshot_id is not None else None,
-            local_position=body.local_position,
-            positions=body.positions,
-            config=body.config,
-            progress=body.progress,
-            progress_position=body.progress_position,
-        )
-        msg = _envelope(marker, update=update)
+        update = msg.update
+        update.SetInParent()
+        update.subscription = body.subscription
+        update.kind = _KIND_TO_PB[body.kind]
+        if body.snapshot_id is not None:
+            _set_id(update.snapshot_id, body.snapshot_id)
+        update.local_position = body.local_position
+        _set_map(update.positions, body.positions)
+        update.config = body.config
+        _set_map(update.progress, body.progress)
+        update.progress_position = body.progress_position
     return msg.SerializeToString()
 
 
@@ -226,76 +232,94 @@ def marker_msg_id(marker: Marker) -> str:
     return f"{prefix}.upd.{body.subscription}.{at}.at{body.progress_position}.{digest}"
 
 
+# Validation reads each protobuf field once into a local and checks it inline; only a field
+# found at fault costs a call to the `_bad_*` helpers that name it (the decoder's hot path).
+
+
 def _validate(msg: pb.Marker, stream: str, regions: Collection[str]) -> Marker:
-    region = _region("region", msg.region, regions)
+    region = msg.region
+    if not region or region not in regions:
+        _bad_region("region", region)
     if msg.stream != stream:
         raise _Invalid(
             RejectReason.WRONG_STREAM, f"stream: {msg.stream[:64]!r}, expected {stream!r}"
         )
-    epoch = _positive("epoch", msg.epoch)
+    epoch = msg.epoch
+    if not 0 < epoch <= MAX_POSITION:
+        _bad_position("epoch", epoch)
     kind = msg.WhichOneof("body")
     body: Body
-    if kind == "request":
+    if kind == "update":
+        body = _update(msg.update, regions, region)
+    elif kind == "request":
+        request = msg.request
         body = Request(
-            _snapshot_id("request.id", msg.request, "id", regions, region),
-            _round("request.round", msg.request.round),
+            _snapshot_id("request.id", request, "id", regions, region),
+            _round("request.round", request.round),
         )
     elif kind == "response":
-        sid = _snapshot_id("response.id", msg.response, "id", regions, None)
+        response = msg.response
+        sid = _snapshot_id("response.id", response, "id", regions, None)
         if sid.region == region:
             raise _Invalid(
                 RejectReason.INVALID_FIELD, f"response.id.region: {region} answers itself"
             )
-        body = Response(
-            sid,
-            _round("response.round", msg.response.round),
-            _positive("response.position", msg.response.position),
-        )
+        round_, position = _round("response.round", response.round), response.position
+        if not 0 < position <= MAX_POSITION:
+            _bad_position("response.position", position)
+        body = Response(sid, round_, position)
     elif kind == "snapshot":
         s = msg.snapshot
+        sid = _snapshot_id("snapshot.id", s, "id", regions, region)
+        local_position = s.local_position
+        if not 0 < local_position <= MAX_POSITION:
+            _bad_position("snapshot.local_position", local_position)
         body = Snapshot(
-            _snapshot_id("snapshot.id", s, "id", regions, region),
-            _positive("snapshot.local_position", s.local_position),
+            sid,
+            local_position,
             _positions("snapshot.positions", s.positions, regions, region),
             s.started_unix_ms,
             s.completed_unix_ms,
         )
-    elif kind == "update":
-        u = msg.update
-        if not _NAME_RE.fullmatch(u.subscription):
-            raise _Invalid(
-                RejectReason.INVALID_FIELD if u.subscription else RejectReason.MISSING_FIELD,
-                f"update.subscription: invalid name {u.subscription[:64]!r}",
-            )
-        if u.kind not in _KIND_FROM_PB:
-            raise _Invalid(RejectReason.INVALID_FIELD, f"update.kind: unknown kind {u.kind}")
-        body = _update(u, regions, region)
     else:
         raise _Invalid(RejectReason.MISSING_FIELD, "body: no request/response/snapshot/update")
     return Marker(region, stream, epoch, body)
 
 
 def _update(u: pb.SubscriptionUpdate, regions: Collection[str], writer: str) -> Update:
+    subscription = u.subscription
+    if not _NAME_RE.fullmatch(subscription):
+        raise _Invalid(
+            RejectReason.INVALID_FIELD if subscription else RejectReason.MISSING_FIELD,
+            f"update.subscription: invalid name {subscription[:64]!r}",
+        )
+    kind = _KIND_FROM_PB.get(u.kind)
+    if kind is None:
+        raise _Invalid(RejectReason.INVALID_FIELD, f"update.kind: unknown kind {u.kind}")
     progress: dict[str, int] = {}
-    progress_position = 0
-    if u.progress or u.progress_position:
-        progress_position = _positive("update.progress_position", u.progress_position)
-        progress = _origin_seqs("update.progress", u.progress, regions)
+    progress_map, progress_position = u.progress, u.progress_position
+    if progress_map or progress_position:
+        if not 0 < progress_position <= MAX_POSITION:
+            _bad_position("update.progress_position", progress_position)
+        progress = _origin_seqs("update.progress", progress_map, regions)
+    local_position, positions_map = u.local_position, u.positions
+    positions: dict[str, int]
     if u.HasField("snapshot_id"):
         snapshot_id: SnapshotId | None = _snapshot_id(
             "update.snapshot_id", u, "snapshot_id", regions, writer
         )
-        local_position = _positive("update.local_position", u.local_position)
-        positions = _positions("update.positions", u.positions, regions, writer)
+        if not 0 < local_position <= MAX_POSITION:
+            _bad_position("update.local_position", local_position)
+        positions = _positions("update.positions", positions_map, regions, writer)
     elif progress:
-        if u.local_position or u.positions:
+        if local_position or positions_map:
             raise _Invalid(RejectReason.INVALID_FIELD, "update: snapshot fields without its id")
         snapshot_id, local_position, positions = None, 0, {}
     else:
         raise _Invalid(RejectReason.MISSING_FIELD, "update: neither snapshot_id nor progress")
     return Update(
-        u.subscription,
-        _KIND_FROM_PB[u.kind],
+        subscription,
+        kind,
         snapshot_id,
         local_position,
         positions,
@@ -303,41 +327,6 @@ def _update(u: pb.SubscriptionUpdate, regions: Collection[str], writer: str) -> 
         progress,
         progress_position,
     )
-
-
-def _origin_seqs(field: str, value: Mapping[str, int], regions: Collection[str]) -> dict[str, int]:
-    """A progress vector: origin sequences of known regions (the writer's own included)."""
-    out = dict(value)
-    if not out:
-        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: empty")
-    for region, seq in out.items():
-        if region not in regions:
-            _region(f"{field} key", region, regions)
-        if not 0 < seq <= MAX_POSITION:
-            _positive(f"{field}[{region}]", seq)
-    return out
-
-
-def _region(field: str, value: str, regions: Collection[str]) -> str:
-    if not value:
-        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: missing")
-    if value not in regions:
-        raise _Invalid(RejectReason.UNKNOWN_REGION, f"{field}: unknown region {value[:64]!r}")
-    return value
-
-
-def _positive(field: str, value: int) -> int:
-    if value == 0:
-        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: missing")
-    if value > MAX_POSITION:
-        raise _Invalid(RejectReason.OUT_OF_RANGE, f"{field}: {value} exceeds 2**63-1")
-    return value
-
-
-def _round(field: str, value: int) -> int:
-    if not 1 <= value <= MAX_ROUND:
-        raise _Invalid(RejectReason.INVALID_FIELD, f"{field}: {value} not in 1..{MAX_ROUND}")
-    return value
 
 
 def _snapshot_id(
@@ -350,46 +339,82 @@ def _snapshot_id(
     if not parent.HasField(name):
         raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: missing")
     sid: pb.SnapshotId = getattr(parent, name)
-    region = _region(f"{field}.region", sid.region, regions)
+    region, epoch, counter = sid.region, sid.epoch, sid.counter
+    if not region or region not in regions:
+        _bad_region(f"{field}.region", region)
     if writer is not None and region != writer:
         raise _Invalid(RejectReason.INVALID_FIELD, f"{field}.region: {region}, writer is {writer}")
-    return SnapshotId(
-        region, _positive(f"{field}.epoch", sid.epoch), _positive(f"{field}.counter", sid.counter)
-    )
+    if not 0 < epoch <= MAX_POSITION:
+        _bad_position(f"{field}.epoch", epoch)
+    if not 0 < counter <= MAX_POSITION:
+        _bad_position(f"{field}.counter", counter)
+    return _intern_id(region, epoch, counter)
+
+
+# One snapshot id is named by many markers (both rounds' requests and responses, the completed
+# snapshot, and the update of every subscription that passes it): decoded ids are shared
+# rather than built again (SnapshotId is immutable; a hit costs a fifth of building one).
+_intern_id = functools.lru_cache(maxsize=4096)(SnapshotId)
 
 
 def _positions(
     field: str, value: Mapping[str, int], regions: Collection[str], writer: str
 ) -> dict[str, int]:
-    out = dict(value)  # one copy out of the protobuf map; its item view is slow
+    out = _copy_map(value)
     for region, position in out.items():
         if region not in regions:
-            _region(f"{field} key", region, regions)
+            _bad_region(f"{field} key", region)
         if region == writer:
             raise _Invalid(RejectReason.INVALID_FIELD, f"{field}: names the writer {writer}")
         if not 0 < position <= MAX_POSITION:
-            _positive(f"{field}[{region}]", position)
+            _bad_position(f"{field}[{region}]", position)
     return out
 
 
-def _envelope(
-    marker: Marker,
-    *,
-    request: pb.SnapshotRequest | None = None,
-    response: pb.SnapshotResponse | None = None,
-    snapshot: pb.CompletedSnapshot | None = None,
-    update: pb.SubscriptionUpdate | None = None,
-) -> pb.Marker:
-    return pb.Marker(
-        region=marker.region,
-        stream=marker.stream,
-        epoch=marker.epoch,
-        request=request,
-        response=response,
-        snapshot=snapshot,
-        update=update,
-    )
+def _origin_seqs(field: str, value: Mapping[str, int], regions: Collection[str]) -> dict[str, int]:
+    """A progress vector: origin sequences of known regions (the writer's own included)."""
+    out = _copy_map(value)
+    if not out:
+        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: empty")
+    for region, seq in out.items():
+        if region not in regions:
+            _bad_region(f"{field} key", region)
+        if not 0 < seq <= MAX_POSITION:
+            _bad_position(f"{field}[{region}]", seq)
+    return out
 
 
-def _id_pb(sid: SnapshotId) -> pb.SnapshotId:
-    return pb.SnapshotId(region=sid.region, epoch=sid.epoch, counter=sid.counter)
+def _copy_map(value: Mapping[str, int]) -> dict[str, int]:
+    """A protobuf map as a dict, in its iteration order. `dict(value)` would go through the
+    pure-Python `Mapping.keys` of the map's ABC, at twice the cost of indexing by key."""
+    return {key: value[key] for key in value} if value else {}
+
+
+def _round(field: str, value: int) -> int:
+    if not 1 <= value <= MAX_ROUND:
+        raise _Invalid(RejectReason.INVALID_FIELD, f"{field}: {value} not in 1..{MAX_ROUND}")
+    return value
+
+
+def _bad_region(field: str, value: str) -> NoReturn:
+    if not value:
+        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: missing")
+    raise _Invalid(RejectReason.UNKNOWN_REGION, f"{field}: unknown region {value[:64]!r}")
+
+
+def _bad_position(field: str, value: int) -> NoReturn:
+    """`value` is not in 1..2**63-1 (protobuf guarantees it is not negative)."""
+    if value == 0:
+        raise _Invalid(RejectReason.MISSING_FIELD, f"{field}: missing")
+    raise _Invalid(RejectReason.OUT_OF_RANGE, f"{field}: {value} exceeds 2**63-1")
+
+
+def _set_id(target: pb.SnapshotId, sid: SnapshotId) -> None:
+    target.region = sid.region
+    target.epoch = sid.epoch
+    target.counter = sid.counter
+
+
+def _set_map(target: MutableMapping[str, int], value: Mapping[str, int]) -> None:
+    for key, item in value.items():
+        target[key] = item

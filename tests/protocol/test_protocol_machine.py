@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from sidecar.protocol import (
+    AppliedUpdate,
     CreateConsumer,
     CreateCursor,
     IgnoreReason,
@@ -24,6 +25,7 @@ from sidecar.protocol import (
     RejectReason,
     Request,
     Response,
+    SentUpdate,
     Snapshot,
     SnapshotCompleted,
     SnapshotId,
@@ -217,6 +219,32 @@ def test_update_applied_forward_only_and_create_if_absent() -> None:
     assert only(e.marker_seen(31, update), CreateConsumer) == [CreateConsumer("d", b"cfg-d", 20)]
     applied = e.subscription("d").applied  # type: ignore[union-attr]
     assert [(x.from_region, x.position) for x in applied] == [("a", 20)]
+
+
+def test_query_views_hold_the_last_update_sent_seen_and_applied() -> None:
+    """`last_update_sent` and `applied` as the API shows them: the update this leader sent,
+    or its predecessor's seen in the read stream, and the update applied, with their times."""
+    a, b = machine("a", "ab"), machine("b", "ab")
+    snap = complete_two_region_snapshot(a, b)
+    a.tick(2_000)
+    (update,) = published(a.positions_read({"d": 15}, 20))
+    view = a.subscription("d")
+    assert view is not None
+    assert view.last_update_sent == SentUpdate(snap.id, 15, {"b": 20}, 2_000, {}, 0)
+    follower = machine("a", "ab", leader=False)
+    follower.tick(3_000)
+    assert follower.marker_seen(21, update) == []
+    seen = follower.subscription("d")
+    assert seen is not None
+    assert seen.last_update_sent == SentUpdate(snap.id, 15, {"b": 20}, 3_000, {}, 0)
+    b.tick(4_000)
+    b.positions_read({"d": 5}, 30)
+    assert only(b.marker_seen(31, update), MoveConsumer) == [MoveConsumer("d", 20)]
+    b.tick(5_000)
+    assert ignored(b.marker_seen(32, update)) == [IgnoreReason.DUPLICATE]
+    applied = b.subscription("d")
+    assert applied is not None
+    assert applied.applied == (AppliedUpdate("a", snap.id, 20, 4_000),)
 
 
 def test_update_not_naming_region_older_or_not_replicated_is_ignored() -> None:
