@@ -23,6 +23,7 @@ from sidecar.nats import jsapi
 from sidecar.nats.topology import apply_topology
 from sidecar.runtime import Runtime
 from tests.support.runtime_servers import ServerProcess
+from tests.support.scenario_kit import consume
 
 pytestmark = pytest.mark.integration
 
@@ -67,21 +68,6 @@ async def add_durable(js: JetStreamContext, vs: VirtualStream, region: str) -> N
 async def ack_floor(js: JetStreamContext, vs: VirtualStream, region: str) -> int:
     info = await js.consumer_info(vs.read_stream(region), DURABLE)
     return info.ack_floor.stream_seq if info.ack_floor is not None else 0
-
-
-async def consume(js: JetStreamContext, vs: VirtualStream, region: str, n: int) -> list[bytes]:
-    sub = await js.pull_subscribe_bind(DURABLE, stream=vs.read_stream(region))
-    got: list[bytes] = []
-
-    async def fetched_all() -> bool:
-        with contextlib.suppress(TimeoutError):  # nats-py raises its own or asyncio's
-            for msg in await sub.fetch(n - len(got), timeout=1):
-                await msg.ack_sync()
-                got.append(msg.data)
-        return len(got) >= n
-
-    await wait_until(fetched_all, f"{n} messages in {region}")
-    return got
 
 
 async def test_a_stream_laid_out_while_running_is_followed_and_dropped_when_deleted(
@@ -130,7 +116,7 @@ async def test_a_stream_laid_out_while_running_is_followed_and_dropped_when_dele
         first = [f"m{i}".encode() for i in range(3)]
         for data in first:
             await west.publish("orders.west.item", data, stream=orders.write_stream("west"))
-        consumed = await consume(west, orders, "west", 3)
+        consumed = [d.payload for d in await consume(west, orders, "west", DURABLE, 3)]
 
         async def moved_in_east() -> bool:
             return await ack_floor(east, orders, "east") > 0
