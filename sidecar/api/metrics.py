@@ -146,6 +146,19 @@ class SidecarMetrics:
         self._nats_connected = Gauge(
             "rsub_nats_connected", "1 while connected to the region's NATS.", registry=r
         )
+        self._ready = Gauge(
+            "rsub_ready",
+            "1 while the sidecar is ready (/readyz answers 200): connected, topology applied, "
+            "leadership known, every stream rebuilt.",
+            registry=r,
+        )
+        self._cursor_commits = Counter(
+            "rsub_cursor_commits_total",
+            "CommitCursor calls answered, by result: ok, or the gRPC status of the failure "
+            "(unavailable, not_found, invalid_argument, ...).",
+            ["stream", "result"],
+            registry=r,
+        )
         self._last_snapshot = _AgeCollector(
             "rsub_last_snapshot_age_seconds",
             "Seconds since the last snapshot completed (absent before the first one).",
@@ -217,3 +230,12 @@ class SidecarMetrics:
 
     def set_nats_connected(self, connected: bool) -> None:
         self._nats_connected.set(int(connected))
+
+    def track_readiness(self, ready: Callable[[], bool]) -> None:
+        """`rsub_ready` reads `ready()` at every scrape (readiness is computed, not an event)."""
+        self._ready.set_function(lambda: float(ready()))
+
+    def cursor_commit(self, stream: str, result: str) -> None:
+        """`stream` is "" when the request named no configured stream (no series per bad
+        name); `result` is "ok" or a gRPC status code's name in lower case."""
+        self._cursor_commits.labels(stream, result).inc()

@@ -192,6 +192,8 @@ class Region:
         for metrics, leads in ((self.leader, True), (self.follower, False)):
             metrics.set_leader(leads, 3)
             metrics.set_nats_connected(True)
+            metrics.track_readiness(lambda: True)
+            metrics.cursor_commit("orders", "ok")
 
 
 def stall(region: Region) -> None:
@@ -217,9 +219,10 @@ FAULTS: dict[str, Callable[[Region], None]] = {
     "RsubNoLeader": lambda r: r.leader.set_leader(False, 3),
     "RsubTwoLeaders": lambda r: r.follower.set_leader(True, 4),
     "RsubNatsDown": lambda r: r.follower.set_nats_connected(False),
+    "RsubNotReady": lambda r: r.follower.track_readiness(lambda: False),
 }
-# histogram_quantile is beyond the evaluator; its metric and labels are checked above.
-NOT_EVALUATED = {"RsubSnapshotsSlow"}
+# histogram_quantile and ratios are beyond the evaluator; metrics and labels checked above.
+NOT_EVALUATED = {"RsubSnapshotsSlow", "RsubCursorCommitsFailing"}
 
 
 def test_every_alert_is_quiet_when_healthy_and_fires_on_its_fault() -> None:

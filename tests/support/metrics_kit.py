@@ -20,3 +20,5 @@ def touch_every_metric(metrics: SidecarMetrics) -> None:
     metrics.data_unknown_origin("s")
     metrics.set_leader(False, 3)
     metrics.set_nats_connected(False)
+    metrics.track_readiness(lambda: False)
+    metrics.cursor_commit("s", "unavailable")
