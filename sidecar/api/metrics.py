@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -173,6 +173,22 @@ class SidecarMetrics:
         )
         r.register(self._last_snapshot)
         r.register(self._last_marker)
+
+    def stream_added(self, stream: str, rejection_reasons: Iterable[str]) -> None:
+        """The stream's counters at 0 from the start: Prometheus' rate() and increase() see
+        no increase in a series' first sample, so one that appeared at 1 (the first timeout,
+        the first rejected marker) would never make an alert fire."""
+        for counter in (
+            self._snapshots_started,
+            self._snapshots_completed,
+            self._snapshots_timed_out,
+            self._updates_sent,
+            self._data_unknown_origin,
+        ):
+            counter.labels(stream)
+        for reason in rejection_reasons:
+            self._markers_rejected.labels(stream, reason)
+        self._cursor_commits.labels(stream, "ok")
 
     def snapshot_started(self, stream: str) -> None:
         self._snapshots_started.labels(stream).inc()
