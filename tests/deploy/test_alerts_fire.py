@@ -343,7 +343,7 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
                 recorder.remove("east-0")
                 await running.stop("east")
                 timed_out = recorder.value("rsub_snapshots_timed_out_total", job="rsub-west") or 0
-                alone = await until(
+                await until(
                     recorder,
                     "west's snapshots to time out without east's sidecar",
                     lambda: (
@@ -352,16 +352,21 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
                         and above(recorder, "rsub_last_snapshot_age_seconds", 2, pod="west-0")
                     ),
                 )
+                alone = await recorder.wait_scrapes(2)
 
             # West's NATS is down: both west replicas stay up, disconnected.
             await cluster.stop_region("west")
             try:
-                down = await until(
+                unready = await until(
                     recorder,
-                    "west's replicas to lose NATS, readiness and the lead",
+                    "west's replicas to lose readiness",
+                    lambda: recorder.value("rsub_ready", job="rsub-west") == 0,
+                )
+                await until(
+                    recorder,
+                    "west's replicas to lose NATS and the lead",
                     lambda: (
-                        recorder.value("rsub_ready", job="rsub-west") == 0
-                        and recorder.value("rsub_nats_connected", job="rsub-west") == 0
+                        recorder.value("rsub_nats_connected", job="rsub-west") == 0
                         and recorder.value("rsub_leader", job="rsub-west") == 0
                     ),
                 )
@@ -391,7 +396,7 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
             *(Expect(nats_down, "RsubNatsDown", labels) for labels in replicas),
             *(Expect(nats_down, "RsubNotReady", labels) for labels in replicas),
             # `for: 5m`: pending, not firing, when readiness was first seen lost.
-            *(Expect(down, "RsubNotReady", labels, fires=False) for labels in replicas),
+            *(Expect(unready, "RsubNotReady", labels, fires=False) for labels in replicas),
             Expect(nats_down, "RsubNoLeader", west_job),
             Expect(nats_down, "RsubCursorCommitsFailing", {**west_job, "stream": STREAM}),
             Expect(nats_down, "RsubCursorCommitsFailing", {"job": "rsub-east"}, fires=False),
