@@ -40,7 +40,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from rsub_dev.cluster import ClusterFactory
+from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.naming import VirtualStream
@@ -88,7 +88,7 @@ def target(runtime: Runtime, pod: str) -> Target:
     return Target(f"rsub-{runtime.region}", pod, f"http://127.0.0.1:{runtime.http_port}/metrics")
 
 
-def sidecars(cluster: Any) -> RegionSidecars:
+def sidecars(cluster: LocalSuperCluster) -> RegionSidecars:
     return RegionSidecars(
         cluster,
         streams=[STREAM],
@@ -114,7 +114,7 @@ async def until(recorder: ScrapeRecorder, what: str, condition: Callable[[], boo
             sep="\n",
         )
         raise
-    print(f"PHASE {what}: scrape {recorder.now}", flush=True)
+    print(f"{what}: scrape {recorder.now}", flush=True)
     return recorder.now
 
 
