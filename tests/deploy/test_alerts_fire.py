@@ -5,22 +5,24 @@ scrapes, tests/support/promtool_alerts.py), `for:` included.
 Two scenarios on real super-clusters, each recording every sidecar's /metrics from a healthy
 stretch (steady traffic, cursor commits) through its faults:
 
-- links (three regions): a slow link between west and east (slow snapshots), then central
-  cut off (an origin silent, snapshots stalled and timing out);
-- writers, a lost sidecar, NATS (two regions, two west replicas): a malformed marker, a read
-  stream sourcing a stream of no region, a second west sidecar on a mistyped lease bucket
-  (two leaders); east's sidecar stopped (an origin silent, snapshots stalled and timing
-  out); west's NATS stopped (NATS down, not ready, no leader, cursor commits failing).
+- links (three regions): a slow link between west and east (slow snapshots), a read stream
+  sourcing a stream of no region (data of unknown origin), then central cut off (an origin
+  silent, snapshots stalled and timing out);
+- writers, a lost sidecar, NATS (two regions, two west replicas): a malformed marker, a
+  second west sidecar on a mistyped lease bucket (two leaders); east's sidecar stopped (an
+  origin silent, snapshots stalled and timing out); west's NATS stopped (NATS down, not
+  ready, no leader, cursor commits failing).
 
 Not provoked here (their metrics and labels are checked in test_observability.py):
 - RsubFailoverExposureHigh: an exposure needs messages in another order in the consuming
-  region than here, i.e. a slow link; with a delayed gateway link (0.3 s) on these local
-  super-clusters the sidecars' positions reads fail (`positions_read_failed`, JetStream 503s
-  and timeouts) until the end, so the gauge keeps its last value (0). test_progress.py sees
-  the gauge at 2 on a cluster slowed from its start.
-- RsubReplayGapHigh: with east's sidecar stopped, west consuming 100 messages left
-  `rsub_subscription_replay_gap_messages` at 3 (no positions read failed), where the rule
-  expects it to grow while no update can be sent: open, see the hardening report.
+  region than here, i.e. a slow link; with a delayed gateway link (0.3 s, 0.6 s) on these
+  local super-clusters the sidecars' positions reads fail (`positions_read_failed`,
+  JetStream 503s and timeouts) until the end, so the gauge keeps its last value (0).
+  test_progress.py sees the gauge at 2 on a cluster slowed from its start.
+- RsubReplayGapHigh: with east's sidecar stopped, west consuming 100 more messages left
+  `rsub_subscription_replay_gap_messages` at 3 (progress on) and at 0 (PIP-33 only), with
+  no positions read failing: the gauge does not grow in the fault the rule is written for
+  (docs/api.md: "updates are not sent"). Open; reported with the hardening branch.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ DURABLE = "app"
 # The chart's thresholds at the scenarios' scale (snapshots every 0.2 s, timeout 3 s).
 THRESHOLDS = {
     "snapshotStalledSeconds": 2,
-    "slowSnapshotSeconds": 0.5,
+    "slowSnapshotSeconds": 1,
     "originSilentSeconds": 2,
     "replayGapMessages": 60,
     "exposureMessages": 5,
@@ -187,18 +189,26 @@ async def test_alerts_of_slow_and_cut_links(
                 healthy = await recorder.wait_scrapes(HEALTHY_SCRAPES)
 
             # Slow link between west and east: each snapshot waits for delayed trips.
-            await cluster.set_link_delay("west", "east", 0.3)
+            await cluster.set_link_delay("west", "east", 0.6)
             duration = "rsub_snapshot_duration_seconds"
-            fast = recorder.value(f"{duration}_bucket", job="rsub-west", le="0.5") or 0
+            fast = recorder.value(f"{duration}_bucket", job="rsub-west", le="1.0") or 0
             slow = await until(
                 recorder,
                 "slow snapshots in west",
                 lambda: (
                     above(recorder, f"{duration}_count", fast + 2, job="rsub-west")
-                    and recorder.value(f"{duration}_bucket", job="rsub-west", le="0.5") == fast
+                    and recorder.value(f"{duration}_bucket", job="rsub-west", le="1.0") == fast
                 ),
             )
             await cluster.set_link_delay("west", "east", 0)
+
+            # Data of no region in west's read stream.
+            await add_rogue_source(nc["west"], vs)
+            rogue = await until(
+                recorder,
+                "data of no region in west",
+                lambda: above(recorder, "rsub_data_unknown_origin_total", 0, job="rsub-west"),
+            )
 
             # Central cut off: no snapshot of west completes.
             for other in ("west", "east"):
@@ -222,6 +232,7 @@ async def test_alerts_of_slow_and_cut_links(
         [
             Expect(healthy),  # no alert at all, not even pending
             Expect(slow, "RsubSnapshotsSlow", west),
+            Expect(rogue, "RsubDataOfUnknownOrigin", west),
             Expect(cut, "RsubOriginSilent", {**west, "origin": "central"}),
             Expect(cut, "RsubSnapshotsStalled", west),
             Expect(cut, "RsubSnapshotsTimingOut", west),
@@ -311,7 +322,7 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
                     healthy = await recorder.wait_scrapes(HEALTHY_SCRAPES)
 
                 # Bad writers: a second leader (a sidecar on a mistyped lease bucket), a
-                # malformed marker, data of no region.
+                # malformed marker.
                 config = running.config("west")
                 typo = dataclasses.replace(config.lease, bucket=f"{config.lease.bucket}-typo")
                 rogue = Runtime(dataclasses.replace(config, lease=typo))
@@ -322,15 +333,11 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
                     await js.publish(
                         vs.marker_subject("west"), b"not a marker", stream=vs.write_stream("west")
                     )
-                    await add_rogue_source(nc["west"], vs)
                     await until(
                         recorder,
-                        "the rejected marker, the data of no region and two leaders in west",
+                        "the rejected marker and two leaders in west",
                         lambda: (
                             above(recorder, "rsub_markers_rejected_total", 0, reason="malformed")
-                            and above(
-                                recorder, "rsub_data_unknown_origin_total", 0, job="rsub-west"
-                            )
                             and above(recorder, "rsub_leader", 1, job="rsub-west")
                         ),
                     )
@@ -386,7 +393,6 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
                 Expect(writers, "RsubMarkersRejected", {"job": job, "reason": "malformed"})
                 for job in ("rsub-west", "rsub-east")
             ),
-            Expect(writers, "RsubDataOfUnknownOrigin", {**west_job, "stream": STREAM}),
             Expect(writers, "RsubTwoLeaders", west_job),
             Expect(alone, "RsubOriginSilent", {"pod": "west-0", "origin": "east"}),
             Expect(alone, "RsubSnapshotsStalled", {"pod": "west-0"}),
