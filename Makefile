@@ -8,9 +8,14 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 TOOLS_STAMP := $(TOOLS)/node_modules/.installed
+# promtool (Prometheus rules check and unit tests) from Debian's prometheus package: fetched
+# with apt-get download and unpacked here (nothing installed system-wide); pinned version.
+PROMETHEUS_DEB := 2.42.0+ds-5+deb12u1
+PROMTOOL := $(TOOLS)/prometheus/promtool
+PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock java demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme unit soak fuzz bench clean
+.PHONY: help venv lock java demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
@@ -66,6 +71,26 @@ proto-lint: $(STAMP) $(TOOLS_STAMP)
 proto-format: $(TOOLS_STAMP)
 	$(BUF) format -w
 
+# apt-get download needs the package lists: refreshed (as `make java` does) only when the
+# pinned version is not found in them.
+$(PROMTOOL_STAMP):
+	rm -rf $(TOOLS)/prometheus && mkdir -p $(TOOLS)/prometheus/deb
+	cd $(TOOLS)/prometheus/deb && { apt-get download -qq prometheus=$(PROMETHEUS_DEB) || \
+		{ apt-get update -qq && apt-get download -qq prometheus=$(PROMETHEUS_DEB); }; }
+	dpkg-deb -x $(TOOLS)/prometheus/deb/prometheus_*.deb $(TOOLS)/prometheus/deb/root
+	mv $(TOOLS)/prometheus/deb/root/usr/bin/promtool $(PROMTOOL)
+	rm -rf $(TOOLS)/prometheus/deb
+	$(PROMTOOL) --version
+	touch $(PROMTOOL_STAMP)
+
+promtool: $(PROMTOOL_STAMP)
+
+# The alert rules the chart renders (its PrometheusRule's spec), as Prometheus loads them.
+alerts-check: $(STAMP) $(PROMTOOL_STAMP)
+	$(BIN)/python scripts/helm_tool.py rules helm/rsub-sidecar \
+		-f helm/rsub-sidecar/ci/full-values.yaml > $(TOOLS)/prometheus/rules.yaml
+	$(PROMTOOL) check rules $(TOOLS)/prometheus/rules.yaml
+
 # On a release: protos/ becomes the baseline of the breaking-change check.
 proto-release: $(STAMP)
 	$(BIN)/python protos/breaking.py --release
@@ -79,7 +104,7 @@ chart-check: $(STAMP)
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
 
-lint: $(STAMP) proto-check proto-lint chart-check
+lint: $(STAMP) proto-check proto-lint chart-check alerts-check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

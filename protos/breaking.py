@@ -34,7 +34,14 @@ def findings(buf: str) -> list[dict[str, str | int]]:
     )
     if result.returncode not in (0, BUF_FOUND_BREAKS):
         raise SystemExit(f"buf breaking failed ({result.returncode}):\n{result.stderr}")
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    found = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    # Protos that do not compile are reported as findings too, but compare nothing.
+    errors = [
+        f"{f['path']}:{f['start_line']}: {f['message']}" for f in found if f["type"] == "COMPILE"
+    ]
+    if errors:
+        raise SystemExit("buf breaking failed: the protos do not compile\n" + "\n".join(errors))
+    return found
 
 
 def accepted() -> set[str]:

@@ -8,9 +8,11 @@ Kubernetes versions given.
     python scripts/helm_tool.py template helm/rsub-sidecar -f helm/examples/west.yaml
     python scripts/helm_tool.py validate helm/rsub-sidecar -f helm/examples/*.yaml -k 1.31 -k 1.37
     python scripts/helm_tool.py ci helm/rsub-sidecar
+    python scripts/helm_tool.py rules helm/rsub-sidecar -f helm/rsub-sidecar/ci/full-values.yaml
 
 `ci` is what chart-testing's `ct lint` does, plus rendering and validation: each
-`<chart>/ci/*-values.yaml` on its own, linted strict, rendered and validated.
+`<chart>/ci/*-values.yaml` on its own, linted strict, rendered and validated. `rules` prints
+the rendered PrometheusRule's `spec`, a Prometheus rules file (for `promtool`).
 """
 
 from __future__ import annotations
@@ -132,6 +134,15 @@ def manifests(rendered: dict[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield path, doc
 
 
+def prometheus_rules(rendered: dict[str, str]) -> dict[str, Any]:
+    """The `spec` of the rendered PrometheusRule: a Prometheus rules file (`groups: ...`)."""
+    found = [obj for _path, obj in manifests(rendered) if obj.get("kind") == "PrometheusRule"]
+    if len(found) != 1:
+        raise ChartError(f"{len(found)} PrometheusRule rendered (prometheusRule.enabled?)")
+    spec: dict[str, Any] = found[0]["spec"]
+    return spec
+
+
 def validate(rendered: dict[str, str], kube_versions: Sequence[str]) -> list[str]:
     """Strict kubernetes-validate of every object for every version; raise ChartError on failure.
 
@@ -168,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ci.add_argument(
         "-k", "--kube-version", action="append", help=f"default: {DEFAULT_KUBE_VERSIONS}"
     )
-    for command in ("lint", "template", "validate"):
+    for command in ("lint", "template", "validate", "rules"):
         p = sub.add_parser(command)
         p.add_argument("chart", type=Path)
         p.add_argument("-f", "--values", type=Path, action="append", default=[])
@@ -207,6 +218,9 @@ def _run(args: argparse.Namespace, values_files: list[Path]) -> None:
     rendered = render(args.chart, values, name=args.name, namespace=args.namespace)
     if args.command == "template":
         print(to_yaml_stream(rendered), end="")
+        return
+    if args.command == "rules":
+        print(yaml.safe_dump(prometheus_rules(rendered), sort_keys=False), end="")
         return
     for line in validate(rendered, args.kube_version or DEFAULT_KUBE_VERSIONS):
         print(line)

@@ -48,6 +48,17 @@ def hide_userinfo(text: str) -> str:
     return _USERINFO_RE.sub(lambda m: f"{m[1] or ''}***@", text)
 
 
+def repr_hiding_userinfo(self: Any) -> str:
+    """A dataclass's repr, field by field as dataclasses write it, with URL user info hidden
+    (`__repr__` of the dataclasses that hold server URLs, which may carry a password)."""
+    shown = ", ".join(
+        f"{f.name}={hide_userinfo(repr(getattr(self, f.name)))}"
+        for f in dataclasses.fields(self)
+        if f.repr
+    )
+    return f"{type(self).__qualname__}({shown})"
+
+
 class ConfigError(ValueError):
     """The configuration is invalid; `problems` holds one `key.path: problem` line each, with
     any URL user info hidden (a problem may quote a server URL)."""
@@ -209,6 +220,8 @@ class NatsConfig:
     creds_file: Path | None = field(default=None, metadata=_meta(_existing_file))
     tls: NatsTlsConfig = field(default_factory=NatsTlsConfig)
     connect_timeout_s: float = field(default=5.0, metadata=_meta(_positive))
+
+    __repr__ = repr_hiding_userinfo
 
     @staticmethod
     def _check(v: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

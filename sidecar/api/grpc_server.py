@@ -32,6 +32,7 @@ from sidecar.api.errors import (
     NotLeader,
     Unavailable,
 )
+from sidecar.api.metrics import SidecarMetrics
 from sidecar.api.validation import require_name
 from sidecar.config import GrpcTlsConfig
 
@@ -98,8 +99,9 @@ def _unary(
 
 
 class _CursorService(api_pb2_grpc.CursorServiceServicer):  # type: ignore[misc]
-    def __init__(self, backend: SidecarBackend) -> None:
+    def __init__(self, backend: SidecarBackend, metrics: SidecarMetrics) -> None:
         self._backend = backend
+        self._metrics = metrics
 
     @_unary
     async def GetSubscription(self, request: Any) -> Any:
@@ -140,9 +142,17 @@ class _CursorService(api_pb2_grpc.CursorServiceServicer):  # type: ignore[misc]
 
     @_unary
     async def CommitCursor(self, request: Any) -> Any:
-        stream = require_name("stream", request.stream)
-        subscription = require_name("subscription", request.subscription)
-        mark_delete = await self._backend.commit_cursor(stream, subscription, request.sequence)
+        try:
+            stream = require_name("stream", request.stream)
+            subscription = require_name("subscription", request.subscription)
+            mark_delete = await self._backend.commit_cursor(stream, subscription, request.sequence)
+        except Exception as error:
+            # A bad or unknown stream name is counted under "": no series per name sent.
+            named = not isinstance(error, InvalidArgument | NotFound)
+            code = status_of(error) if isinstance(error, ApiError) else grpc.StatusCode.INTERNAL
+            self._metrics.cursor_commit(request.stream if named else "", code.name.lower())
+            raise
+        self._metrics.cursor_commit(stream, "ok")
         return api_pb2.CommitCursorResponse(mark_delete=mark_delete)
 
 
@@ -277,15 +287,19 @@ async def start_grpc_server(
     auth_token: str | None = None,
     tls: GrpcTlsConfig | None = None,
     health_poll_interval_s: float = 0.5,
+    metrics: SidecarMetrics | None = None,
 ) -> GrpcServerHandle:
     """Serve the API on `listen` ("host:port"; port 0 picks a free port).
 
-    TLS is on when `tls` is given and enabled (`tls.cert_file` set).
+    TLS is on when `tls` is given and enabled (`tls.cert_file` set). Cursor commits are
+    counted in `metrics` (the sidecar's; a registry of the server's own when none is given).
     """
     credentials = _server_credentials(tls) if tls is not None and tls.enabled else None
     interceptors = [_BearerTokenAuth(auth_token)] if auth_token else []
     server = grpc.aio.server(interceptors=interceptors)
-    api_pb2_grpc.add_CursorServiceServicer_to_server(_CursorService(backend), server)
+    api_pb2_grpc.add_CursorServiceServicer_to_server(
+        _CursorService(backend, metrics or SidecarMetrics()), server
+    )
     api_pb2_grpc.add_AdminServiceServicer_to_server(_AdminService(backend), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

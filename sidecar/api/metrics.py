@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -157,6 +157,19 @@ class SidecarMetrics:
         self._nats_connected = Gauge(
             "rsub_nats_connected", "1 while connected to the region's NATS.", registry=r
         )
+        self._ready = Gauge(
+            "rsub_ready",
+            "1 while the sidecar is ready (/readyz answers 200): connected, topology applied, "
+            "leadership known, every stream rebuilt.",
+            registry=r,
+        )
+        self._cursor_commits = Counter(
+            "rsub_cursor_commits_total",
+            "CommitCursor calls answered, by result: ok, or the gRPC status of the failure "
+            "(unavailable, not_found, invalid_argument, ...).",
+            ["stream", "result"],
+            registry=r,
+        )
         self._last_snapshot = _AgeCollector(
             "rsub_last_snapshot_age_seconds",
             "Seconds since the last snapshot completed (absent before the first one).",
@@ -203,6 +216,22 @@ class SidecarMetrics:
         r.register(self._last_snapshot)
         r.register(self._last_marker)
         r.register(self._last_discovery)
+
+    def stream_added(self, stream: str, rejection_reasons: Iterable[str]) -> None:
+        """The stream's counters at 0 from the start: Prometheus' rate() and increase() see
+        no increase in a series' first sample, so one that appeared at 1 (the first timeout,
+        the first rejected marker) would never make an alert fire."""
+        for counter in (
+            self._snapshots_started,
+            self._snapshots_completed,
+            self._snapshots_timed_out,
+            self._updates_sent,
+            self._data_unknown_origin,
+        ):
+            counter.labels(stream)
+        for reason in rejection_reasons:
+            self._markers_rejected.labels(stream, reason)
+        self._cursor_commits.labels(stream, "ok")
 
     def snapshot_started(self, stream: str) -> None:
         self._snapshots_started.labels(stream).inc()
@@ -289,3 +318,11 @@ class SidecarMetrics:
             self._last_discovery.touch()
         else:
             self._discovery_failures.inc()
+    def track_readiness(self, ready: Callable[[], bool]) -> None:
+        """`rsub_ready` reads `ready()` at every scrape (readiness is computed, not an event)."""
+        self._ready.set_function(lambda: float(ready()))
+
+    def cursor_commit(self, stream: str, result: str) -> None:
+        """`stream` is "" when the request named no configured stream (no series per bad
+        name); `result` is "ok" or a gRPC status code's name in lower case."""
+        self._cursor_commits.labels(stream, result).inc()

@@ -23,6 +23,7 @@ from sidecar.protocol import (
     MarkerIgnored,
     MarkerRejected,
     Rejected,
+    RejectReason,
     SnapshotCompleted,
     SnapshotId,
     SnapshotStarted,
@@ -43,6 +44,9 @@ class StreamObserver:
     def __init__(self, name: str, metrics: SidecarMetrics) -> None:
         self._name = name
         self._metrics = metrics
+        metrics.stream_added(
+            name, [*(r.value for r in RejectReason), IgnoreReason.STALE_EPOCH.value]
+        )
         self._reported: set[str] = set()
         self._gap_series: set[str] = set()
         self._exposure_series: set[str] = set()

@@ -85,6 +85,7 @@ class Runtime(RuntimeBackend):
         super().__init__(
             config.regions, handles, drivers, holder=holder, topology_applied=not apply_topology
         )
+        self.metrics.track_readiness(lambda: self.readiness.ready)
         self._apply_topology = apply_topology
         self._serve = serve
         # The streams of each shard; per stream, (leads, epoch) as last handed to its driver.
@@ -126,7 +127,7 @@ class Runtime(RuntimeBackend):
             grpc_cfg = self.config.grpc
             token = grpc_cfg.auth_token.reveal() if grpc_cfg.auth_token is not None else None
             self._grpc = await start_grpc_server(
-                self, grpc_cfg.listen, auth_token=token, tls=grpc_cfg.tls
+                self, grpc_cfg.listen, auth_token=token, tls=grpc_cfg.tls, metrics=self.metrics
             )
             self._http = await start_http_server(self, self.metrics, self.config.http.listen)
         self._spawn(self._bring_up(), "bring-up")

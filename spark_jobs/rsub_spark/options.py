@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sidecar.config import Secret
+from sidecar.config import Secret, repr_hiding_userinfo
 from sidecar.naming import (
     DEFAULT_READ_STREAM,
     DEFAULT_WRITE_STREAM,
@@ -109,6 +109,8 @@ class RsubOptions:
     tls_ca: Path | None
     tls_cert: Path | None
     tls_key: Path | None
+
+    __repr__ = repr_hiding_userinfo
 
     @property
     def data_filter(self) -> str:

@@ -9,12 +9,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
 from sidecar.api.backend import Readiness
 from sidecar.api.errors import ApiError, InvalidArgument, NotFound, NotLeader, Unavailable
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server, status_of
+from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import GrpcTlsConfig
 from sidecar.protocol import SubscriptionKind
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
@@ -223,6 +226,45 @@ async def test_commit_cursor_moves_forward_only_and_accepts_zero(
     assert await commit(SUBSCRIPTION, 0) == 60
     assert await commit("spark-job", 0) == 0
     assert backend.subscriptions[STREAM]["spark-job"].kind is SubscriptionKind.EXTERNAL
+
+
+async def test_cursor_commits_are_counted_by_stream_and_result(backend: MemoryBackend) -> None:
+    metrics = SidecarMetrics()
+    server = await start_grpc_server(backend, "127.0.0.1:0", metrics=metrics)
+
+    def counted() -> dict[tuple[str, str], float]:
+        return {
+            (s.labels["stream"], s.labels["result"]): s.value
+            for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+            if family.name == "rsub_cursor_commits"
+            for s in family.samples
+        }
+
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            cursor = api_pb2_grpc.CursorServiceStub(channel)
+
+            async def commit(stream: str, subscription: str, code: grpc.StatusCode | None) -> None:
+                call = cursor.CommitCursor(
+                    api_pb2.CommitCursorRequest(stream=stream, subscription=subscription)
+                )
+                await (call if code is None else expect_status(call, code))
+
+            await commit(STREAM, "job", None)
+            await commit(STREAM, "job", None)
+            await commit("no-such-stream", "job", Code.NOT_FOUND)
+            await commit("bad name!", "job", Code.INVALID_ARGUMENT)
+            backend.unavailable = True
+            await commit(STREAM, "job", Code.UNAVAILABLE)
+    finally:
+        await server.stop(None)
+    # Refused names are counted under "": a client cannot add series by sending names.
+    assert counted() == {
+        (STREAM, "ok"): 2,
+        ("", "not_found"): 1,
+        ("", "invalid_argument"): 1,
+        (STREAM, "unavailable"): 1,
+    }
 
 
 async def test_admin_trigger_and_set_replicated(

@@ -156,6 +156,18 @@ def test_forget_subscription_drops_its_series(metrics: SidecarMetrics) -> None:
     }
 
 
+def test_ready_is_read_at_each_scrape(metrics: SidecarMetrics) -> None:
+    readiness = [Readiness(connected=False, topology_applied=True, leadership_known=True)]
+    metrics.track_readiness(lambda: readiness[-1].ready)
+
+    def ready() -> float:
+        return samples(generate_latest(metrics.registry).decode())[("rsub_ready", ())]
+
+    assert ready() == 0
+    readiness.append(Readiness(connected=True, topology_applied=True, leadership_known=True))
+    assert ready() == 1
+
+
 def test_exposure_without_progress_has_no_series(metrics: SidecarMetrics) -> None:
     metrics.set_failover_exposure("s", "billing", 4)
     metrics.set_failover_exposure("s", "audit", 0)

@@ -361,6 +361,21 @@ def test_a_server_url_with_a_password_is_never_echoed() -> None:
     assert "hunter2" not in "\n".join(problems)
 
 
+def test_a_server_url_password_never_shows_in_a_config_repr() -> None:
+    data = minimal()
+    data["nats"]["servers"] = ["nats://svc:hunter2-url@127.0.0.1:4222", "tls://tok-hunter2@h2"]
+    data["nats"]["user"] = "alice"
+    data["nats"]["password"] = "hunter2-pw"
+    config = Config.from_mapping(data)
+    assert config.nats.servers[0] == "nats://svc:hunter2-url@127.0.0.1:4222"  # kept as given
+    for text in (repr(config), str(config), repr(config.nats), str(config.nats)):
+        assert "hunter2" not in text
+        assert "servers=('nats://***@127.0.0.1:4222', 'tls://***@h2')" in text
+        assert "user='alice'" in text
+    # The repr is still the dataclass's, field by field.
+    assert repr(config).startswith("Config(region='west', regions=('west', 'central', 'east')")
+
+
 def test_secrets_not_in_logs() -> None:
     import io
     import json

@@ -168,3 +168,7 @@ def test_credentials_never_show_in_the_options_repr() -> None:
     assert opts.password is not None and opts.password.reveal() == "pw-s3cret-1"
     token_only = parse_options({**BASE, "token": "nats-tok-s3cret-3"})
     assert "nats-tok-s3cret-3" not in repr(token_only)
+    in_url = parse_options({**BASE, "servers": "nats://svc:url-s3cret-4@h:4222"})
+    assert in_url.servers == ("nats://svc:url-s3cret-4@h:4222",)
+    assert "url-s3cret-4" not in repr(in_url) + str(in_url)
+    assert "servers=('nats://***@h:4222',)" in repr(in_url)

@@ -24,3 +24,5 @@ def touch_every_metric(metrics: SidecarMetrics) -> None:
     metrics.stream_discovered()
     metrics.discovery_round(listed=True)
     metrics.discovery_round(listed=False)
+    metrics.track_readiness(lambda: False)
+    metrics.cursor_commit("s", "unavailable")

@@ -5,9 +5,7 @@ matches, groups by or joins on is one that metric carries (or one Prometheus add
 
 from __future__ import annotations
 
-import operator
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import promql_parser
@@ -80,81 +78,9 @@ def legend_labels(legend: str) -> set[str]:
     return set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))
 
 
-# ---- alert expressions evaluated on scrapes of a real sidecar (no Prometheus server here) ----
-
-Labels = frozenset[tuple[str, str]]
-Scrape = dict[tuple[str, Labels], float]  # (sample name, labels) -> value
-
-COMPARISONS: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt,
-    ">=": operator.ge,
-    "<": operator.lt,
-    "<=": operator.le,
-    "==": operator.eq,
-    "!=": operator.ne,
-}
-
-AGGREGATIONS: dict[str, Callable[[list[float]], float]] = {"max": max, "min": min, "sum": sum}
-
-
 def documented_alerts() -> dict[str, tuple[str, str]]:
     """docs/api.md's "Suggested alerts" (the chart's rules): alert -> (expression, for)."""
     rows = re.findall(
         r"^\| `(Rsub\w+)` \| `([^`]+)` \| *(\S*) *\|", API_DOCS.read_text(), re.MULTILINE
     )
     return {name: (expr, for_) for name, expr, for_ in rows}
-
-
-def firing(
-    expr: str, start: Scrape, end: Scrape, seconds: float, threshold: float | None = None
-) -> set[Labels]:
-    """The label sets an alert expression returns, evaluated on two scrapes of one sidecar
-    `seconds` apart (they stand for the range of rate/increase). `threshold` replaces the
-    number of the alert's own comparison (the first: `a` of `a and b`), to scale it to a
-    test's timings. Evaluates what the
-    rules use: `v OP n`, `rate|increase(v[r]) OP n`, `a and b`, `max|min|sum by|without (...)`;
-    anything else (histogram_quantile, ...) raises ValueError."""
-
-    def selected(node: promql_parser.VectorSelector, scrape: Scrape) -> dict[Labels, float]:
-        if any(m.op != promql_parser.MatchOp.Equal for m in node.matchers.matchers):
-            raise ValueError(f"only = matchers are evaluated here: {node}")
-        wanted = {(m.name, m.value) for m in node.matchers.matchers}
-        return {ls: v for (n, ls), v in scrape.items() if n == node.name and wanted <= ls}
-
-    def vector(node: promql_parser.Expr, scaled: bool = False) -> dict[Labels, float]:
-        if isinstance(node, promql_parser.VectorSelector):
-            return selected(node, end)
-        if isinstance(node, promql_parser.Call) and node.func.name in ("rate", "increase"):
-            (matrix,) = node.args
-            was = selected(matrix.vector_selector, start)
-            growth = {
-                ls: v - was.get(ls, 0.0) for ls, v in selected(matrix.vector_selector, end).items()
-            }
-            per = seconds if node.func.name == "rate" else 1.0
-            return {ls: d / per for ls, d in growth.items()}
-        if (
-            isinstance(node, promql_parser.AggregateExpr)
-            and str(node.op) in AGGREGATIONS
-            and node.modifier is not None
-        ):
-            keep = set(node.modifier.labels)
-            without = node.modifier.type == promql_parser.AggModifierType.Without
-            groups: dict[Labels, list[float]] = {}
-            for ls, v in vector(node.expr).items():
-                group = frozenset((k, x) for k, x in ls if (k in keep) != without)
-                groups.setdefault(group, []).append(v)
-            return {group: AGGREGATIONS[str(node.op)](vs) for group, vs in groups.items()}
-        if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "and":
-            right = vector(node.rhs)
-            return {ls: v for ls, v in vector(node.lhs, scaled).items() if ls in right}
-        if (
-            isinstance(node, promql_parser.BinaryExpr)
-            and str(node.op) in COMPARISONS
-            and isinstance(node.rhs, promql_parser.NumberLiteral)
-        ):
-            limit = threshold if scaled and threshold is not None else node.rhs.val
-            compare = COMPARISONS[str(node.op)]
-            return {ls: v for ls, v in vector(node.lhs).items() if compare(v, limit)}
-        raise ValueError(f"not evaluated here: {node}")
-
-    return set(vector(promql_parser.parse(expr), scaled=True))

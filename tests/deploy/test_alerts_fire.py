@@ -1,0 +1,436 @@
+"""Every alert of the chart's PrometheusRule on real sidecars: quiet while all is well, firing
+in its fault, as Prometheus evaluates the rules (`promtool test rules` on the recorded
+scrapes, tests/support/promtool_alerts.py), `for:` included.
+
+Two scenarios on real super-clusters, each recording every sidecar's /metrics from a healthy
+stretch (steady traffic, cursor commits) through its faults:
+
+- links (three regions): a slow link between west and east (slow snapshots), a read stream
+  sourcing a stream of no region (data of unknown origin), then central cut off (an origin
+  silent, snapshots stalled and timing out);
+- writers, a lost sidecar, NATS (two regions, two west replicas and a third one with
+  discovery on): a malformed marker, a second west sidecar on a mistyped lease bucket (two
+  leaders); east's sidecar stopped (an origin silent, snapshots stalled and timing out);
+  west's NATS stopped (NATS down, not ready, no leader, cursor commits failing, discovery
+  stale).
+
+Not provoked here (their metrics and labels are checked in test_observability.py):
+- RsubFailoverExposureHigh: an exposure needs messages in another order in the consuming
+  region than here, i.e. a slow link; with a delayed gateway link (0.3 s, 0.6 s) on these
+  local super-clusters the sidecars' positions reads fail (`positions_read_failed`,
+  JetStream 503s and timeouts) until the end, so the gauge keeps its last value (0).
+  test_progress.py sees the gauge at 2 on a cluster slowed from its start.
+- RsubReplayGapHigh: with east's sidecar stopped, west consuming 100 more messages left
+  `rsub_subscription_replay_gap_messages` at 3 (progress on) and at 0 (PIP-33 only), with
+  no positions read failing: the gauge does not grow in the fault the rule is written for
+  (docs/api.md: "updates are not sent"). Open; reported with the hardening branch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
+from rsub_dev.sidecars import RegionSidecars, wait_until
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.config import Config
+from sidecar.naming import VirtualStream
+from sidecar.runtime import Runtime
+from tests.support.promtool_alerts import Expect, ScrapeRecorder, Target, promtool_check
+from tests.support.scenario_kit import (
+    DEADLINE_S,
+    INTERVAL_MS,
+    LEASE_TTL_S,
+    NOTHING_YET,
+    TIMEOUT_S,
+    ack_floor,
+    clients,
+    consume,
+    create_durable,
+    publish,
+    publish_paced,
+)
+
+pytestmark = pytest.mark.integration
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "rsub-sidecar"
+STREAM = "orders"
+DURABLE = "app"
+# The chart's thresholds at the scenarios' scale (snapshots every 0.2 s, timeout 3 s).
+THRESHOLDS = {
+    "snapshotStalledSeconds": 2,
+    "slowSnapshotSeconds": 1,
+    "originSilentSeconds": 2,
+    "replayGapMessages": 60,
+    "exposureMessages": 5,
+    "cursorCommitFailureRatio": 0.5,
+    "discoveryStaleSeconds": 2,
+}
+DISCOVERY_INTERVAL_S = 0.5
+# Scrapes of a healthy stretch: the longest window evaluated then (increase[15m]) is 30.
+HEALTHY_SCRAPES = 32
+
+
+def rules(helm_tool: ModuleType) -> Any:
+    values = helm_tool.load_values([CHART / "ci" / "minimal-values.yaml"])
+    values["prometheusRule"] = {"enabled": True, **THRESHOLDS}
+    return helm_tool.prometheus_rules(helm_tool.render(CHART, values))
+
+
+def target(runtime: Runtime, pod: str) -> Target:
+    return Target(f"rsub-{runtime.region}", pod, f"http://127.0.0.1:{runtime.http_port}/metrics")
+
+
+def sidecars(cluster: LocalSuperCluster) -> RegionSidecars:
+    # One shard: the first replica of a region leads the stream, the others stand by.
+    return RegionSidecars(
+        cluster,
+        streams=[STREAM],
+        interval_ms=INTERVAL_MS,
+        timeout_s=TIMEOUT_S,
+        lease_ttl_s=LEASE_TTL_S,
+        lease_shards=1,
+    )
+
+
+@contextlib.asynccontextmanager
+async def discovering(config: Config) -> AsyncIterator[Runtime]:
+    """Another replica of the region with discovery on (matching nothing more)."""
+    discovery = dataclasses.replace(
+        config.discovery, enabled=True, interval_s=DISCOVERY_INTERVAL_S, match=("none-*",)
+    )
+    runtime = Runtime(dataclasses.replace(config, discovery=discovery))
+    await runtime.start()
+    try:
+        await runtime.wait_ready(DEADLINE_S)
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+async def until(recorder: ScrapeRecorder, what: str, condition: Callable[[], bool]) -> int:
+    """Wait until `condition` holds on the last scrape; that scrape's index."""
+
+    async def holds() -> bool:
+        await recorder.wait_scrapes(1)
+        return condition()
+
+    try:
+        await wait_until(holds, what, DEADLINE_S)
+    except TimeoutError:
+        print(
+            "recorded:",
+            *(f"{s['series']} {s['values']}" for s in recorder.input_series()),
+            sep="\n",
+        )
+        raise
+    print(f"{what}: scrape {recorder.now}", flush=True)
+    return recorder.now
+
+
+def above(recorder: ScrapeRecorder, name: str, limit: float, **labels: str) -> bool:
+    value = recorder.value(name, **labels)
+    return value is not None and value > limit
+
+
+def check(
+    helm_tool: ModuleType, recorder: ScrapeRecorder, expects: list[Expect], tmp_path: Path
+) -> None:
+    code, output = promtool_check(rules(helm_tool), recorder, expects, tmp_path)
+    print(output)
+    assert code == 0, output
+
+
+@contextlib.asynccontextmanager
+async def running_task(work: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[None]:
+    task = asyncio.create_task(work())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def producing(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextManager[None]:
+    """A steady producer in west, 4 messages a second (snapshots start on new data only)."""
+
+    async def produce() -> None:
+        while True:
+            await publish(js, vs, "west", [b"steady"])
+            await asyncio.sleep(0.25)
+
+    return running_task(produce)
+
+
+def consuming(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextManager[None]:
+    """A steady consumer of the durable in west."""
+
+    async def consume_steadily() -> None:
+        sub = await js.pull_subscribe_bind(DURABLE, stream=vs.read_stream("west"))
+        while True:
+            with contextlib.suppress(*NOTHING_YET):
+                for msg in await sub.fetch(10, timeout=0.5):
+                    await msg.ack_sync(timeout=5)
+
+    return running_task(consume_steadily)
+
+
+async def test_alerts_of_slow_and_cut_links(
+    make_cluster: ClusterFactory, helm_tool: ModuleType, tmp_path: Path
+) -> None:
+    cluster = await make_cluster(["west", "central", "east"])
+    vs = VirtualStream(STREAM, tuple(cluster.regions))
+    async with sidecars(cluster) as running, clients(cluster) as nc:
+        js = {r: c.jetstream() for r, c in nc.items()}
+        await create_durable(js["west"], vs, "west", DURABLE)
+        await publish_paced(nc["west"], running["west"], vs, [b"w-0", b"w-1"], batch=2)
+        await consume(js["west"], vs, "west", DURABLE, 2)
+
+        async def in_east() -> bool:
+            return await ack_floor(js["east"], vs, "east", DURABLE) >= 0
+
+        await wait_until(in_east, "the durable to reach east", DEADLINE_S)
+        recorder = ScrapeRecorder([target(running[r], f"{r}-0") for r in ("west", "east")])
+        async with recorder.recording(), producing(js["west"], vs):
+            async with consuming(js["west"], vs):
+                healthy = await recorder.wait_scrapes(HEALTHY_SCRAPES)
+
+            # Slow link between west and east: each snapshot waits for delayed trips.
+            await cluster.set_link_delay("west", "east", 0.6)
+            duration = "rsub_snapshot_duration_seconds"
+            fast = recorder.value(f"{duration}_bucket", job="rsub-west", le="1.0") or 0
+            slow = await until(
+                recorder,
+                "slow snapshots in west",
+                lambda: (
+                    above(recorder, f"{duration}_count", fast + 2, job="rsub-west")
+                    and recorder.value(f"{duration}_bucket", job="rsub-west", le="1.0") == fast
+                ),
+            )
+            await cluster.set_link_delay("west", "east", 0)
+
+            # Data of no region in west's read stream.
+            await add_rogue_source(nc["west"], vs)
+            rogue = await until(
+                recorder,
+                "data of no region in west",
+                lambda: above(recorder, "rsub_data_unknown_origin_total", 0, job="rsub-west"),
+            )
+
+            # Central cut off: no snapshot of west completes.
+            for other in ("west", "east"):
+                await cluster.cut_link("central", other)
+            timed_out = recorder.value("rsub_snapshots_timed_out_total", job="rsub-west") or 0
+            await until(
+                recorder,
+                "west to see the cut",
+                lambda: (
+                    above(recorder, "rsub_snapshots_timed_out_total", timed_out, job="rsub-west")
+                    and above(recorder, "rsub_origin_last_marker_age_seconds", 2, job="rsub-west")
+                    and above(recorder, "rsub_last_snapshot_age_seconds", 2, job="rsub-west")
+                ),
+            )
+            cut = await recorder.wait_scrapes(2)
+
+    west = {"job": "rsub-west", "stream": STREAM}
+    check(
+        helm_tool,
+        recorder,
+        [
+            Expect(healthy),  # no alert at all, not even pending
+            Expect(slow, "RsubSnapshotsSlow", west),
+            Expect(rogue, "RsubDataOfUnknownOrigin", west),
+            Expect(cut, "RsubOriginSilent", {**west, "origin": "central"}),
+            Expect(cut, "RsubSnapshotsStalled", west),
+            Expect(cut, "RsubSnapshotsTimingOut", west),
+            # Only central is silent: east's markers still reach west, slowly.
+            Expect(cut, "RsubOriginSilent", {**west, "origin": "east"}, fires=False),
+        ],
+        tmp_path,
+    )
+
+
+async def add_rogue_source(nc: Client, vs: VirtualStream) -> None:
+    """West's read stream also sources `rogue`, a stream of no region, into the data subjects
+    (a misconfiguration by hand, through the JetStream API)."""
+    js = nc.jetstream()
+    await js.add_stream(name="rogue", subjects=["rogue.>"])
+    read = vs.read_stream("west")
+    info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{read}", b"", timeout=5)).data)
+    config = info["config"]
+    config["sources"].append(
+        {"name": "rogue", "subject_transforms": [{"src": "rogue.>", "dest": f"{STREAM}.>"}]}
+    )
+    answer = await nc.request(f"$JS.API.STREAM.UPDATE.{read}", json.dumps(config).encode(), 5)
+    assert "error" not in json.loads(answer.data), answer.data
+    await js.publish("rogue.item", b"from nowhere", stream="rogue")
+
+
+@contextlib.asynccontextmanager
+async def committing(runtime: Runtime) -> AsyncIterator[list[grpc.StatusCode]]:
+    """Commits the external cursor `spark` (at 0) through `runtime`'s gRPC API, as a Spark
+    query would, twice a second until the block ends; yields their outcomes."""
+    outcomes: list[grpc.StatusCode] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runtime.grpc_port}") as channel:
+        stub = api_pb2_grpc.CursorServiceStub(channel)
+
+        async def commit() -> None:
+            try:
+                await stub.CommitCursor(
+                    api_pb2.CommitCursorRequest(stream=STREAM, subscription="spark"), timeout=2
+                )
+                outcomes.append(grpc.StatusCode.OK)
+            except grpc.aio.AioRpcError as error:
+                outcomes.append(error.code())
+
+        async def loop() -> None:
+            while True:
+                await commit()
+                await asyncio.sleep(0.5)
+
+        task = asyncio.create_task(loop())
+        try:
+            yield outcomes
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
+    make_cluster: ClusterFactory, helm_tool: ModuleType, tmp_path: Path
+) -> None:
+    cluster = await make_cluster(["west", "east"])
+    vs = VirtualStream(STREAM, ("west", "east"))
+    running = sidecars(cluster)
+    async with (
+        running,
+        running.replica("west", serve=True) as follower,
+        discovering(running.config("west")) as watcher,
+        clients(cluster) as nc,
+        committing(running["west"]) as commits,
+    ):
+        west, js = running["west"], nc["west"].jetstream()
+        await create_durable(js, vs, "west", DURABLE)
+
+        async def committed() -> bool:
+            return grpc.StatusCode.OK in commits
+
+        await wait_until(committed, "a first cursor commit", DEADLINE_S)
+        recorder = ScrapeRecorder(
+            [
+                target(west, "west-0"),
+                target(follower, "west-1"),
+                target(watcher, "west-3"),
+                target(running["east"], "east-0"),
+            ]
+        )
+        async with recorder.recording():
+            async with producing(js, vs):
+                async with consuming(js, vs):
+                    healthy = await recorder.wait_scrapes(HEALTHY_SCRAPES)
+
+                # Bad writers: a second leader (a sidecar on a mistyped lease bucket), a
+                # malformed marker.
+                config = running.config("west")
+                typo = dataclasses.replace(config.lease, bucket=f"{config.lease.bucket}-typo")
+                rogue = Runtime(dataclasses.replace(config, lease=typo))
+                await rogue.start()
+                try:
+                    await rogue.wait_ready(DEADLINE_S)
+                    recorder.add(target(rogue, "west-2"))
+                    await js.publish(
+                        vs.marker_subject("west"), b"not a marker", stream=vs.write_stream("west")
+                    )
+                    await until(
+                        recorder,
+                        "the rejected marker and two leaders in west",
+                        lambda: (
+                            above(recorder, "rsub_markers_rejected_total", 0, reason="malformed")
+                            and above(recorder, "rsub_leader", 1, job="rsub-west")
+                        ),
+                    )
+                    writers = await recorder.wait_scrapes(3)  # two leaders for 1m
+                finally:
+                    recorder.remove("west-2")
+                    await rogue.stop()
+
+                # East's sidecar is gone: no snapshot of west completes.
+                recorder.remove("east-0")
+                await running.stop("east")
+                timed_out = recorder.value("rsub_snapshots_timed_out_total", job="rsub-west") or 0
+                await until(
+                    recorder,
+                    "west's snapshots to time out without east's sidecar",
+                    lambda: (
+                        above(recorder, "rsub_snapshots_timed_out_total", timed_out, pod="west-0")
+                        and above(recorder, "rsub_origin_last_marker_age_seconds", 2, pod="west-0")
+                        and above(recorder, "rsub_last_snapshot_age_seconds", 2, pod="west-0")
+                    ),
+                )
+                alone = await recorder.wait_scrapes(2)
+
+            # West's NATS is down: both west replicas stay up, disconnected.
+            await cluster.stop_region("west")
+            try:
+                unready = await until(
+                    recorder,
+                    "west's replicas to lose readiness",
+                    lambda: recorder.value("rsub_ready", job="rsub-west") == 0,
+                )
+                await until(
+                    recorder,
+                    "west's replicas to lose NATS and the lead",
+                    lambda: (
+                        recorder.value("rsub_nats_connected", job="rsub-west") == 0
+                        and recorder.value("rsub_leader", job="rsub-west") == 0
+                        and above(recorder, "rsub_discovery_last_round_age_seconds", 2)
+                    ),
+                )
+                nats_down = await recorder.wait_scrapes(12)  # not ready for 5m, and more
+            finally:
+                await cluster.start_region("west")
+    assert grpc.StatusCode.UNAVAILABLE in commits[-5:], commits[-5:]
+
+    west_job = {"job": "rsub-west"}
+    replicas = [{**west_job, "pod": pod} for pod in ("west-0", "west-1")]
+    check(
+        helm_tool,
+        recorder,
+        [
+            Expect(healthy),
+            *(
+                Expect(writers, "RsubMarkersRejected", {"job": job, "reason": "malformed"})
+                for job in ("rsub-west", "rsub-east")
+            ),
+            Expect(writers, "RsubTwoLeaders", west_job),
+            Expect(alone, "RsubOriginSilent", {"pod": "west-0", "origin": "east"}),
+            Expect(alone, "RsubSnapshotsStalled", {"pod": "west-0"}),
+            Expect(alone, "RsubSnapshotsTimingOut", {"pod": "west-0"}),
+            # The follower reads the same markers: the origin is silent there too.
+            Expect(alone, "RsubOriginSilent", {"pod": "west-1", "origin": "east"}),
+            *(Expect(nats_down, "RsubNatsDown", labels) for labels in replicas),
+            *(Expect(nats_down, "RsubNotReady", labels) for labels in replicas),
+            # `for: 5m`: pending, not firing, when readiness was first seen lost.
+            *(Expect(unready, "RsubNotReady", labels, fires=False) for labels in replicas),
+            Expect(nats_down, "RsubNoLeader", west_job),
+            Expect(nats_down, "RsubDiscoveryStale", {**west_job, "pod": "west-3"}),
+            Expect(nats_down, "RsubCursorCommitsFailing", {**west_job, "stream": STREAM}),
+            Expect(nats_down, "RsubCursorCommitsFailing", {"job": "rsub-east"}, fires=False),
+        ],
+        tmp_path,
+    )
