@@ -318,6 +318,7 @@ class SidecarMetrics:
             self._last_discovery.touch()
         else:
             self._discovery_failures.inc()
+
     def track_readiness(self, ready: Callable[[], bool]) -> None:
         """`rsub_ready` reads `ready()` at every scrape (readiness is computed, not an event)."""
         self._ready.set_function(lambda: float(ready()))

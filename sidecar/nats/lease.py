@@ -121,12 +121,16 @@ class Lease:
         that expiry is measured from the first observation either way)."""
         if self._epoch > 0 and not self.is_leader:
             self._lose("expired")
-        if self._epoch > 0:
-            await self._renew()
-        else:
-            await self._observe_or_acquire(acquire)
+        try:
+            if self._epoch > 0:
+                await self._renew()
+            else:
+                await self._observe_or_acquire(acquire)
+        finally:
+            # Also when the bucket cannot be reached: a lease that expired meanwhile is
+            # reported lost now, not once NATS is back.
+            self._notify()
         self._known = True
-        self._notify()
         return self.state
 
     async def release(self) -> None:

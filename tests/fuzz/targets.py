@@ -34,6 +34,7 @@ from google.protobuf.message import DecodeError, Message
 
 from sidecar._gen.rsub.v1 import api_pb2, markers_pb2
 from sidecar.api.grpc_server import _AdminService, _BearerTokenAuth, _CursorService
+from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import ConfigError, load_config
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.origin_log import data_entry
@@ -199,7 +200,7 @@ class Api:
         self.loop = asyncio.new_event_loop()
         self.backend = MemoryBackend()
         servicers = {
-            "CursorService": _CursorService(self.backend),
+            "CursorService": _CursorService(self.backend, SidecarMetrics()),
             "AdminService": _AdminService(self.backend),
         }
         self.auth = _BearerTokenAuth(TOKEN)

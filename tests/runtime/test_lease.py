@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import uuid
 
+import nats
 import pytest
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from sidecar.nats.lease import Lease, LeaseState
 from sidecar.nats.regional_kv import open_regional_kv
+from tests.support.runtime_servers import ServerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -140,3 +143,22 @@ async def test_a_watching_lease_never_acquires_but_measures_expiry(kv: KeyValue)
     other = Lease(kv, "a", TTL, key="shards.4", clock=clock_a)
     await other.step()
     assert other.is_leader and other.epoch > b.epoch
+
+
+async def test_a_lease_that_expires_while_the_bucket_is_unreachable_is_reported_lost(
+    js_server: ServerProcess,
+) -> None:
+    # Found when NATS stopped under two replicas: the shard leases kept reporting `leader`
+    # (metric and machine) because a round that failed never told the observer.
+    own = await nats.connect(js_server.url)
+    bucket = await open_regional_kv(own.jetstream(), f"lease-{uuid.uuid4().hex[:8]}", "west")
+    clock, changes = Clock(), list[LeaseState]()
+    lease = Lease(bucket, "a", TTL, clock=clock, on_change=changes.append)
+    await lease.step()
+    assert lease.is_leader
+    await own.close()
+    clock.now += TTL
+    with pytest.raises(NatsError):
+        await lease.step()
+    assert not lease.is_leader
+    assert changes[-1] == LeaseState(False, 0, None, 0)
