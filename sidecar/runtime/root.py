@@ -26,7 +26,7 @@ from sidecar.nats.regional_kv import open_regional_kv
 from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
 from sidecar.runtime.backend import RuntimeBackend
-from sidecar.runtime.driver import StreamDriver
+from sidecar.runtime.driver import IntervalLoop, StreamDriver
 from sidecar.runtime.handles import RegionHandles
 
 log = structlog.get_logger(__name__)
@@ -219,13 +219,20 @@ class Runtime(RuntimeBackend):
         lease = Lease(kv, self.holder, self.config.lease.ttl_s, on_change=self._on_lease)
         self._handles.lease = lease
         self._spawn(lease.run(), "lease")
+        intervals = IntervalLoop(
+            list(self._drivers.values()),
+            self._handles,
+            self.config.snapshot.interval_ms,
+            self.config.snapshot.sweep_intervals,
+        )
+        await self._retry("consumer signals", intervals.follow_consumers)
+        self._spawn(intervals.follow_cursors(bucket), "cursor-signals")
         for name, driver in self._drivers.items():
             await self._retry(f"rebuild {name}", driver.rebuild)
             self._spawn(driver.drive(), f"drive-{name}")
             self._spawn(driver.tail(), f"tail-{name}")
-            if self.config.progress.enabled:  # off: PIP-33 only, no origin index
-                self._spawn(driver.index(), f"index-{name}")
-            self._spawn(driver.tick(), f"tick-{name}")
+            self._spawn(driver.index(), f"index-{name}")
+        self._spawn(intervals.run(), "intervals")
         self._ready.set()
         log.info("runtime_ready", region=self.region, streams=list(self._drivers))
 
