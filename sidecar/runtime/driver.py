@@ -107,6 +107,7 @@ class StreamDriver:
         self.changed = asyncio.Condition()
         """Notified after every job (what `watch_subscription` waits for)."""
         self._config = config
+        self._metrics = metrics
         self._handles = handles
         self._effects = Effects(vs, handles, self.subscriptions)
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
@@ -115,8 +116,6 @@ class StreamDriver:
         self._data_seq = 0
         self._data = _Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
         self._stopping = False
-        self.reads = 0
-        """Position reads so far (the rebuild's, the interval loop's and the API's)."""
         self.read_queued = False
         """Set by `IntervalLoop` while a read of this stream waits or runs."""
         self._signalled = False
@@ -155,7 +154,7 @@ class StreamDriver:
 
     async def read_positions(self) -> dict[str, int]:
         """Durables and external cursors read again (see `LocalSubscriptions.read`)."""
-        self.reads += 1
+        self._metrics.position_read(self.vs.name)
         return await self.subscriptions.read(self._handles.conn.nc, self._handles.cursors())
 
     def positions_input(self, positions: Mapping[str, int]) -> Input:
