@@ -75,6 +75,8 @@ Input = Callable[[StreamMachine], list[Output]]
 _TAIL_RETRY_S = 0.5
 # Position reads in flight at once over the region's streams (`IntervalLoop`).
 _READERS = 16
+# `IntervalLoop` takes the streams in this many groups, spread over each interval.
+_PHASES = 10
 # A leader's machine quiet (no input, no output, no attempt) for this many interval ticks
 # in a row is not ticked again until its next input (`StreamDriver.interval`).
 _QUIET_TICKS = 2
@@ -406,15 +408,19 @@ class StreamDriver:
 
 
 def _marker_input(seq: int, decoded: Marker | Rejected) -> Input:
-    """The machine's input for one tailed marker, preceded by a tick with the time it was seen
-    (the machine records the last tick's time: completions are stamped when they happen)."""
+    """The machine's input for one tailed marker, between two ticks with the time it was seen:
+    the one before stamps what the marker completes with that time, the one after starts the
+    next snapshot at once when the marker completed one later than an interval after it
+    started (else the next would wait for the next interval, losing one)."""
     seen_ms = now_ms()
 
     def apply(machine: StreamMachine) -> list[Output]:
         out = machine.tick(seen_ms)
         if isinstance(decoded, Marker):
-            return out + machine.marker_seen(seq, decoded)
-        return out + machine.marker_rejected(seq, decoded)
+            out += machine.marker_seen(seq, decoded)
+        else:
+            out += machine.marker_rejected(seq, decoded)
+        return out + machine.tick(seen_ms)
 
     return apply
 
@@ -486,7 +492,8 @@ class _Batches:
 class IntervalLoop:
     """The interval of every stream of a region, in one task, and the reads it asks for.
 
-    Every `interval_ms`, each driver's `interval` (cheap, no I/O), then the positions of the
+    Every `interval_ms`, in `_PHASES` groups spread over it, each driver's `interval`
+    (cheap, no I/O), then the positions of the
     streams that may have moved (`StreamDriver.positions_stale`) are read by `_READERS`
     tasks, never two reads of one stream at once. A sweep reads every stream once per
     `sweep_intervals` intervals, spread over them (a missed signal only delays an update by
@@ -510,26 +517,29 @@ class IntervalLoop:
     async def run(self) -> None:
         readers = [asyncio.create_task(self._reader()) for _ in range(_READERS)]
         try:
-            for count in itertools.count(1):
-                await asyncio.sleep(self._interval_s)
-                self.interval(count)
+            for step in itertools.count(_PHASES):
+                await asyncio.sleep(self._interval_s / _PHASES)
+                self.interval(*divmod(step, _PHASES))
         finally:
             for task in readers:
                 task.cancel()
             await asyncio.gather(*readers, return_exceptions=True)
 
-    def interval(self, count: int) -> None:
+    def interval(self, count: int, phase: int) -> None:
+        """Interval `count` of the streams in `phase`: one in `_PHASES` of the streams, so
+        that their snapshots do not all start (and load both regions) at the same instant."""
         handles = self._handles
         leader, connected, now = handles.is_leader, handles.conn.connected, now_ms()
         queued = 0
-        for i, driver in enumerate(self._drivers):
+        for i in range(phase, len(self._drivers), _PHASES):
+            driver = self._drivers[i]
             driver.interval(now, leader)
             sweep = (i + count) % self._sweep == 0
             if connected and not driver.read_queued and driver.positions_stale(leader, sweep):
                 driver.read_queued = True
                 self._queue.put_nowait(driver)
                 queued += 1
-        log.debug("interval", reads_queued=queued, reads_waiting=self._queue.qsize())
+        log.debug("interval", phase=phase, reads_queued=queued, reads_waiting=self._queue.qsize())
 
     async def _reader(self) -> None:
         while True:
