@@ -125,6 +125,8 @@ class StreamDriver:
         self._activity = 0  # inputs queued, and interval ticks that gave outputs
         self._activity_seen = -1
         self._quiet = 0
+        self._steps = 0  # jobs applied
+        self._observed = -1  # `_steps` when the observer last looked at the machine
 
     # ---- inputs ---------------------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class StreamDriver:
             finally:
                 if job.done is not None and not job.done.done():
                     job.done.set_result(None)
-            self.observer.machine_stepped(machine)
+            self._steps += 1
             async with self.changed:
                 self.changed.notify_all()
 
@@ -350,8 +352,9 @@ class StreamDriver:
             log.warning("positions_read_failed", stream=self.vs.name, error=repr(err))
 
     def interval(self, now_ms: int, leader: bool) -> None:
-        """One interval: tell the machine how far the tails saw the read stream go (a leader
-        starts a snapshot on new data), and tick a leader's machine while it may act.
+        """One interval: update the machine's gauges if it changed, tell the machine how far
+        the tails saw the read stream go (a leader starts a snapshot on new data), and tick a
+        leader's machine while it may act.
 
         The machine only acts on an input or with an attempt pending, so a leader's machine
         that had neither for two ticks an interval apart has nothing to do until its next
@@ -359,12 +362,16 @@ class StreamDriver:
         The tails' sequences are of messages stored in the read stream, so the machine's
         last sequence is never beyond the stream's (`read_stream_advanced`).
         """
+        machine = self.machine
+        if machine is not None and self._steps != self._observed:
+            # The gauges follow the machine once an interval (not after every job).
+            self._observed = self._steps
+            self.observer.machine_stepped(machine)
         seen = max(self._tail_seq, self._data_seq)
         advanced = seen if seen > self._told_seq else 0
         self._told_seq = max(self._told_seq, seen)
         tick = False
         if leader:
-            machine = self.machine
             busy = machine is not None and machine.pending() is not None
             if advanced or busy or self._activity != self._activity_seen:
                 self._activity_seen = self._activity
