@@ -11,7 +11,8 @@ and east's sidecars run as `rsub run` processes (1 s snapshot interval, `progres
 given) and west's is measured: CPU seconds (user + system, from /proc) over a window, its
 resident memory, snapshots completed per second against those wanted (one per stream per
 interval while loaded, none idle), the CPU of the nats-server processes in the same
-window (are the servers the limit?), and its origin index
+window (are the servers the limit?), how long the sidecar was ready to run but waited for
+a CPU (/proc/<pid>/schedstat: is the machine the limit?), and its origin index
 (`rsub_origin_index_bytes` summed over the streams) against the data messages west's read
 streams hold. First idle (no new data: no snapshot starts), then with one message per
 stream per second published in west (every stream snapshots every second).
@@ -87,6 +88,11 @@ class Options:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+
+
+def cpu_wait_seconds(pid: int) -> float:
+    """Time `pid` was ready to run but waited for a CPU (/proc/<pid>/schedstat)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
 def memory_mib(pid: int) -> dict[str, float]:
@@ -188,8 +194,10 @@ async def window(
         time.monotonic(),
     )
     servers_cpu = [cpu_seconds(pid) for pid in servers]
+    waited = cpu_wait_seconds(proc.pid)
     await asyncio.sleep(seconds)
     cpu = cpu_seconds(proc.pid) - cpu
+    waited = cpu_wait_seconds(proc.pid) - waited
     servers_cpu = [
         cpu_seconds(pid) - before for pid, before in zip(servers, servers_cpu, strict=True)
     ]
@@ -205,7 +213,9 @@ async def window(
         f"{label:>20}: CPU {cpu:6.2f} s in {elapsed:.0f} s ({100 * cpu / elapsed:5.1f} % of a "
         f"core), RSS {mem['VmRSS']:.0f} MiB (peak {mem['VmHWM']:.0f} MiB), "
         f"{snaps / elapsed:.1f} snapshots/s completed (of {wanted} wanted), servers CPU "
-        f"{servers_pct} % of a core, {await index_figures(proc, js, streams)}",
+        f"{servers_pct} % of a core; west's sidecar waited for a CPU "
+        f"{100 * waited / elapsed:.0f} % of the time (load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores), {await index_figures(proc, js, streams)}",
         flush=True,
     )
 

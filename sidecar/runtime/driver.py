@@ -553,6 +553,8 @@ class IntervalLoop:
             driver = await self._queue.get()
             try:
                 await driver.refresh()
+            except Exception:  # one stream's trouble never stops the reads of the others
+                log.exception("positions_read_crashed", stream=driver.vs.name)
             finally:
                 driver.read_queued = False
 
