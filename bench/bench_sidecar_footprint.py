@@ -153,11 +153,13 @@ async def metric_total(proc: SidecarProcess, sample: str) -> float:
     )
 
 
-async def data_messages(js: JetStreamContext, streams: Sequence[VirtualStream]) -> int:
-    """The data messages (markers left out) that west's read streams hold."""
+async def data_messages(
+    js: JetStreamContext, streams: Sequence[VirtualStream], region: str = "west"
+) -> int:
+    """The data messages (markers left out) that `region`'s read streams hold."""
 
     async def one(vs: VirtualStream) -> int:
-        info = await js.stream_info(vs.read_stream("west"), subjects_filter=vs.data_filter())
+        info = await js.stream_info(vs.read_stream(region), subjects_filter=vs.data_filter())
         return sum((info.state.subjects or {}).values())
 
     return sum(await bounded(one(vs) for vs in streams))
@@ -213,6 +215,24 @@ async def window(
         f"on {os.cpu_count()} cores), {await index_figures(proc, js, streams)}",
         flush=True,
     )
+
+
+async def warm_up(conns: dict[str, Client], streams: Sequence[VirtualStream]) -> None:
+    """One message per stream from every region, waited for in every read stream: the first
+    message sourced from a new write stream takes most of a second (docs/benchmarks.md,
+    snapshot latency), which no pass should pay for the others."""
+    for region in REGIONS:
+        js = conns[region].jetstream()
+        await bounded(js.publish(vs.publish_subject(region, "warm-up"), b"w") for vs in streams)
+
+    async def sourced() -> bool:
+        for region in REGIONS:
+            js = conns[region].jetstream()
+            if await data_messages(js, streams, region) < len(REGIONS) * len(streams):
+                return False
+        return True
+
+    await wait_until(sourced, "the warm-up messages in every read stream", READY_TIMEOUT_S)
 
 
 async def publish_each_stream(nc: Client, streams: Sequence[VirtualStream]) -> None:
@@ -343,6 +363,7 @@ async def run(args: Options, directory: Path) -> None:
                 f"in {time.monotonic() - started:.0f} s",
                 flush=True,
             )
+            await warm_up(conns, streams)
             servers = server_pids(directory / "cluster")
             checkouts = [args.baseline, None] if args.baseline is not None else [None]
             for setting, checkout in itertools.product(args.progress, checkouts):

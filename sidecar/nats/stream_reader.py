@@ -22,7 +22,7 @@ from nats.js import JetStreamContext, api
 
 _REPLAY_FETCH_TIMEOUT_S = 5.0
 _REPLAY_INACTIVE_S = 60.0
-_TAIL_HEARTBEAT_S = 5.0
+_TAIL_HEARTBEAT_S = 10.0
 # A tail that hears nothing for this long (two heartbeats and a half) starts again.
 _TAIL_SILENCE_S = 2.5 * _TAIL_HEARTBEAT_S
 _CONSUMER_STALLED = "Nats-Consumer-Stalled"
@@ -91,7 +91,8 @@ async def tail(
     that one runs a task per subscription polling its flow control every 250 ms, which at
     thousands of tails was most of an idle sidecar's CPU. Here the flow-control request is
     answered when it is read (every message before it has been yielded and taken, as the
-    server asks), and the server's idle heartbeats are only checked for, by one timer.
+    server asks), and the server's idle heartbeats (every `_TAIL_HEARTBEAT_S`) are only
+    waited for.
     """
     nc = js._nc  # the connection behind `js` (nats-py keeps no public handle on it)
     inbox = nc.new_inbox()
@@ -121,12 +122,12 @@ async def tail(
                 raise TailGap(
                     f"{stream}: no message nor heartbeat for {_TAIL_SILENCE_S} s"
                 ) from err
-            status = (msg.headers or {}).get(api.Header.STATUS)
-            if status is not None:
+            headers = msg.headers
+            if headers and api.Header.STATUS in headers:
                 # 100: a heartbeat, or a flow-control request (answered: taken so far).
-                stalled = (msg.headers or {}).get(_CONSUMER_STALLED)
-                if msg.reply or stalled:
-                    await nc.publish(msg.reply or stalled or "")
+                reply = msg.reply or headers.get(_CONSUMER_STALLED)
+                if reply:
+                    await nc.publish(reply)
                 continue
             meta = msg.metadata
             if meta.sequence.consumer != delivered + 1:
