@@ -217,6 +217,23 @@ async def window(
     )
 
 
+async def settled(proc: SidecarProcess, quiet_s: float = 5.0) -> None:
+    """Wait until `proc` completed no snapshot for `quiet_s` (what the passes before left in
+    the streams is covered): the idle window then measures an idle sidecar."""
+    last, since = -1.0, time.monotonic()
+
+    async def quiet() -> bool:
+        nonlocal last, since
+        done = await metric_total(proc, "rsub_snapshots_completed_total")
+        if done != last:
+            last, since = done, time.monotonic()
+        return time.monotonic() - since >= quiet_s
+
+    await wait_until(
+        quiet, f"no snapshot of {proc.region} for {quiet_s} s", READY_TIMEOUT_S, poll_s=1
+    )
+
+
 async def warm_up(conns: dict[str, Client], streams: Sequence[VirtualStream]) -> None:
     """One message per stream from every region, waited for in every read stream: the first
     message sourced from a new write stream takes most of a second (docs/benchmarks.md,
@@ -375,6 +392,7 @@ async def run(args: Options, directory: Path) -> None:
                     ):
                         label = f"{code}, {setting}"
                         print(started_line(label, west, start), flush=True)
+                        await settled(west)
                         await window(west, js, streams, args.seconds, f"{label}, idle", servers)
                         load = publish_each_stream(conns["west"], streams)
                         await window(
