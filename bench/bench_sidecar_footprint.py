@@ -83,6 +83,7 @@ class Options:
     backlog: int
     backlog_seconds: float
     baseline: Path | None
+    sweep_intervals: int | None
 
 
 def cpu_seconds(pid: int) -> float:
@@ -322,25 +323,31 @@ async def brought_up(proc: SidecarProcess) -> BringUp:
 
 @contextlib.asynccontextmanager
 async def sidecars(
-    cluster: LocalSuperCluster, names: Sequence[str], progress: bool, workdir: Path
+    cluster: LocalSuperCluster,
+    names: Sequence[str],
+    progress: bool,
+    workdir: Path,
+    sweep_intervals: int | None = None,
 ) -> AsyncIterator[tuple[SidecarProcess, BringUp]]:
-    """Both regions' sidecars with `progress`, each started once the one before has rebuilt
-    every stream, west first; yields west's and how its start went."""
-    procs = [
-        SidecarProcess(
-            sidecar_settings(
-                cluster,
-                r,
-                streams=names,
-                interval_ms=1000,
-                timeout_s=30,
-                progress=progress,
-                log_level="info",  # for `runtime_ready`, `stream_rebuilt`; none per message
-            ),
-            workdir / r,
+    """Both regions' sidecars with `progress` (and `sweep_intervals` when given), each
+    started once the one before has rebuilt every stream, west first; yields west's and how
+    its start went."""
+
+    def settings(region: str) -> dict[str, Any]:
+        values = sidecar_settings(
+            cluster,
+            region,
+            streams=names,
+            interval_ms=1000,
+            timeout_s=30,
+            progress=progress,
+            log_level="info",  # for `runtime_ready`, `stream_rebuilt`; none per message
         )
-        for r in REGIONS
-    ]
+        if sweep_intervals is not None:
+            values["snapshot"]["sweep_intervals"] = sweep_intervals
+        return values
+
+    procs = [SidecarProcess(settings(r), workdir / r) for r in REGIONS]
     try:
         started = []
         for proc in procs:
@@ -386,7 +393,8 @@ async def run(args: Options, directory: Path) -> None:
             for setting, checkout in itertools.product(args.progress, checkouts):
                 with code_of(checkout) as code:
                     workdir = directory / f"{setting}-{code}"
-                    async with sidecars(cluster, names, _SETTINGS[setting], workdir) as (
+                    sweep = args.sweep_intervals if checkout is None else None
+                    async with sidecars(cluster, names, _SETTINGS[setting], workdir, sweep) as (
                         west,
                         start,
                     ):
@@ -457,6 +465,9 @@ def main() -> None:
     parser.add_argument("--backlog-seconds", type=float, default=10)
     parser.add_argument(
         "--baseline", type=Path, default=None, help="a checkout to measure first, side by side"
+    )
+    parser.add_argument(
+        "--sweep-intervals", type=int, default=None, help="snapshot.sweep_intervals (not baseline)"
     )
     args = Options(**vars(parser.parse_args()))
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
