@@ -27,6 +27,7 @@ from typing import Any
 import nats
 import structlog
 from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import durable_config
@@ -103,7 +104,7 @@ async def measure(
 
 
 def kinds(
-    nc: Client, streams: Sequence[VirtualStream]
+    nc: Client, streams: Sequence[VirtualStream], kv: KeyValue
 ) -> dict[str, Callable[[int], Awaitable[Any]]]:
     def read_stream(i: int) -> str:
         return streams[i % len(streams)].read_stream("west")
@@ -116,9 +117,7 @@ def kinds(
         "CONSUMER.INFO": lambda i: jsapi.request(
             nc, f"CONSUMER.INFO.{read_stream(i)}.d{i % DURABLES}", timeout_s=10
         ),
-        "KV get": lambda i: jsapi.request(
-            nc, "DIRECT.GET.KV_bench.$KV.bench.cursors.s000", timeout_s=10
-        ),
+        "KV get": lambda i: kv.get("cursors.s000"),
         "STREAM.LIST (256/page)": lambda i: jsapi.request(
             nc, "STREAM.LIST", {"offset": (i * 256) % (2 * len(streams))}, timeout_s=30
         ),
@@ -137,12 +136,12 @@ async def run(streams_n: int, seconds: float, concurrency: Sequence[int], direct
                 for vs in streams
                 for d in range(DURABLES)
             )
-            kv = await js.create_key_value(bucket="bench", allow_direct=True)
+            kv = await js.create_key_value(bucket="bench")
             await kv.put("cursors.s000", b'{"spark": 1}')
             servers = server_pids(directory / "cluster")
             print(f"{streams_n} streams x {DURABLES} durables in west; 2 servers", flush=True)
             for n in concurrency:
-                for label, request in kinds(nc, streams).items():
+                for label, request in kinds(nc, streams, kv).items():
                     await measure(label, request, n, seconds, servers)
         finally:
             await nc.close()
