@@ -3,12 +3,16 @@ progress vectors on and off.
 
 Usage: .venv/bin/python bench/bench_sidecar_footprint.py [--streams 100] [--durables 10]
        [--seconds 30] [--progress on,off] [--backlog 100000] [--backlog-seconds 10]
+       [--baseline /tmp/scale-base]
 
 On a local two-region super-cluster, `--streams` virtual streams each get `--durables`
 replicated durables in west, never consumed. For each `--progress` setting in turn, west's
 and east's sidecars run as `rsub run` processes (1 s snapshot interval, `progress.enabled` as
 given) and west's is measured: CPU seconds (user + system, from /proc) over a window, its
-resident memory, snapshots completed per second, and its origin index
+resident memory, snapshots completed per second against those wanted (one per stream per
+interval while loaded, none idle), the CPU of the nats-server processes in the same
+window (are the servers the limit?), how long the sidecar was ready to run but waited for
+a CPU (/proc/<pid>/schedstat: is the machine the limit?), and its origin index
 (`rsub_origin_index_bytes` summed over the streams) against the data messages west's read
 streams hold. First idle (no new data: no snapshot starts), then with one message per
 stream per second published in west (every stream snapshots every second).
@@ -19,6 +23,10 @@ still at their start; for each setting in turn both sidecars start again, and we
 rebuild every stream (with progress on, that replays the origins of the whole backlog), the
 data messages it replayed (both from its `runtime_started`, `runtime_ready` and
 `stream_rebuilt` logs), its memory and index, and one idle window are measured.
+
+With `--baseline DIR` (a checkout of another version, e.g. `git worktree add /tmp/scale-base
+main`), each setting runs twice in turn, first with the sidecars of DIR (`PYTHONPATH`), then
+with this checkout's, on the same cluster and streams: before and after side by side.
 
 The settings take turns on one cluster and one set of streams, never at once: the cores are
 shared, so sidecars (or clusters) measured side by side would take CPU from each other, and
@@ -33,12 +41,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -73,11 +82,18 @@ class Options:
     progress: list[str]
     backlog: int
     backlog_seconds: float
+    baseline: Path | None
+    sweep_intervals: int | None
 
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+
+
+def cpu_wait_seconds(pid: int) -> float:
+    """Time `pid` was ready to run but waited for a CPU (/proc/<pid>/schedstat)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
 def memory_mib(pid: int) -> dict[str, float]:
@@ -87,6 +103,35 @@ def memory_mib(pid: int) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             values[key] = int(rest.split()[0]) / 1024
     return values
+
+
+def server_pids(cluster_dir: Path) -> list[int]:
+    """The nats-server processes whose command line names `cluster_dir` (this bench's)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"nats-server" in argv[0] and str(cluster_dir).encode() in b" ".join(argv):
+                    pids.append(int(entry.name))
+    return sorted(pids)
+
+
+@contextlib.contextmanager
+def code_of(checkout: Path | None) -> Iterator[str]:
+    """Sidecars spawned inside run the code of `checkout` (None: this one); its label."""
+    if checkout is None:
+        yield "this"
+        return
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = f"{checkout}:{checkout / 'devtools'}"
+    try:
+        yield "baseline"
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 async def bounded(jobs: Iterable[Awaitable[T]]) -> list[T]:
@@ -109,11 +154,13 @@ async def metric_total(proc: SidecarProcess, sample: str) -> float:
     )
 
 
-async def data_messages(js: JetStreamContext, streams: Sequence[VirtualStream]) -> int:
-    """The data messages (markers left out) that west's read streams hold."""
+async def data_messages(
+    js: JetStreamContext, streams: Sequence[VirtualStream], region: str = "west"
+) -> int:
+    """The data messages (markers left out) that `region`'s read streams hold."""
 
     async def one(vs: VirtualStream) -> int:
-        info = await js.stream_info(vs.read_stream("west"), subjects_filter=vs.data_filter())
+        info = await js.stream_info(vs.read_stream(region), subjects_filter=vs.data_filter())
         return sum((info.state.subjects or {}).values())
 
     return sum(await bounded(one(vs) for vs in streams))
@@ -137,19 +184,25 @@ async def window(
     streams: Sequence[VirtualStream],
     seconds: float,
     label: str,
+    servers: Sequence[int],
     load: Awaitable[None] | None = None,
 ) -> None:
     task = asyncio.ensure_future(load) if load is not None else None
+    if task is not None:
+        await asyncio.sleep(2)  # the first round of messages and snapshots under way
     snapshots = "rsub_snapshots_completed_total"
-    cpu, snaps, started = (
-        cpu_seconds(proc.pid),
-        await metric_total(proc, snapshots),
-        time.monotonic(),
-    )
+    # The scrapes stay out of the CPU figures (one costs a second of CPU at 1,000 streams).
+    snaps = await metric_total(proc, snapshots)
+    cpu, waited, started = cpu_seconds(proc.pid), cpu_wait_seconds(proc.pid), time.monotonic()
+    servers_cpu = [cpu_seconds(pid) for pid in servers]
     await asyncio.sleep(seconds)
     cpu = cpu_seconds(proc.pid) - cpu
-    snaps = await metric_total(proc, snapshots) - snaps
+    waited = cpu_wait_seconds(proc.pid) - waited
+    servers_cpu = [cpu_seconds(p) - before for p, before in zip(servers, servers_cpu, strict=True)]
     elapsed = time.monotonic() - started
+    snaps = await metric_total(proc, snapshots) - snaps
+    wanted = len(streams) if task is not None else 0
+    servers_pct = " + ".join(f"{100 * c / elapsed:.0f}" for c in servers_cpu)
     if task is not None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -157,9 +210,47 @@ async def window(
     print(
         f"{label:>20}: CPU {cpu:6.2f} s in {elapsed:.0f} s ({100 * cpu / elapsed:5.1f} % of a "
         f"core), RSS {mem['VmRSS']:.0f} MiB (peak {mem['VmHWM']:.0f} MiB), "
-        f"{snaps / elapsed:.1f} snapshots/s completed, {await index_figures(proc, js, streams)}",
+        f"{snaps / elapsed:.1f} snapshots/s completed (of {wanted} wanted), servers CPU "
+        f"{servers_pct} % of a core; west's sidecar waited for a CPU "
+        f"{100 * waited / elapsed:.0f} % of the time (load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores), {await index_figures(proc, js, streams)}",
         flush=True,
     )
+
+
+async def settled(proc: SidecarProcess, quiet_s: float = 5.0) -> None:
+    """Wait until `proc` completed no snapshot for `quiet_s` (what the passes before left in
+    the streams is covered): the idle window then measures an idle sidecar."""
+    last, since = -1.0, time.monotonic()
+
+    async def quiet() -> bool:
+        nonlocal last, since
+        done = await metric_total(proc, "rsub_snapshots_completed_total")
+        if done != last:
+            last, since = done, time.monotonic()
+        return time.monotonic() - since >= quiet_s
+
+    await wait_until(
+        quiet, f"no snapshot of {proc.region} for {quiet_s} s", READY_TIMEOUT_S, poll_s=1
+    )
+
+
+async def warm_up(conns: dict[str, Client], streams: Sequence[VirtualStream]) -> None:
+    """One message per stream from every region, waited for in every read stream: the first
+    message sourced from a new write stream takes most of a second (docs/benchmarks.md,
+    snapshot latency), which no pass should pay for the others."""
+    for region in REGIONS:
+        js = conns[region].jetstream()
+        await bounded(js.publish(vs.publish_subject(region, "warm-up"), b"w") for vs in streams)
+
+    async def sourced() -> bool:
+        for region in REGIONS:
+            js = conns[region].jetstream()
+            if await data_messages(js, streams, region) < len(REGIONS) * len(streams):
+                return False
+        return True
+
+    await wait_until(sourced, "the warm-up messages in every read stream", READY_TIMEOUT_S)
 
 
 async def publish_each_stream(nc: Client, streams: Sequence[VirtualStream]) -> None:
@@ -232,25 +323,31 @@ async def brought_up(proc: SidecarProcess) -> BringUp:
 
 @contextlib.asynccontextmanager
 async def sidecars(
-    cluster: LocalSuperCluster, names: Sequence[str], progress: bool, workdir: Path
+    cluster: LocalSuperCluster,
+    names: Sequence[str],
+    progress: bool,
+    workdir: Path,
+    sweep_intervals: int | None = None,
 ) -> AsyncIterator[tuple[SidecarProcess, BringUp]]:
-    """Both regions' sidecars with `progress`, each started once the one before has rebuilt
-    every stream, west first; yields west's and how its start went."""
-    procs = [
-        SidecarProcess(
-            sidecar_settings(
-                cluster,
-                r,
-                streams=names,
-                interval_ms=1000,
-                timeout_s=30,
-                progress=progress,
-                log_level="info",  # for `runtime_ready`, `stream_rebuilt`; none per message
-            ),
-            workdir / r,
+    """Both regions' sidecars with `progress` (and `sweep_intervals` when given), each
+    started once the one before has rebuilt every stream, west first; yields west's and how
+    its start went."""
+
+    def settings(region: str) -> dict[str, Any]:
+        values = sidecar_settings(
+            cluster,
+            region,
+            streams=names,
+            interval_ms=1000,
+            timeout_s=30,
+            progress=progress,
+            log_level="info",  # for `runtime_ready`, `stream_rebuilt`; none per message
         )
-        for r in REGIONS
-    ]
+        if sweep_intervals is not None:
+            values["snapshot"]["sweep_intervals"] = sweep_intervals
+        return values
+
+    procs = [SidecarProcess(settings(r), workdir / r) for r in REGIONS]
     try:
         started = []
         for proc in procs:
@@ -264,7 +361,7 @@ async def sidecars(
 def started_line(setting: str, west: SidecarProcess, start: BringUp, context: str = "") -> str:
     mem = memory_mib(west.pid)
     return (
-        f"progress {setting}{context}: west rebuilt every stream {start.rebuilt_s:.1f} s after "
+        f"{setting}{context}: west rebuilt every stream {start.rebuilt_s:.1f} s after "
         f"it started, replaying {start.replayed:,} data msgs; RSS {mem['VmRSS']:.0f} MiB "
         f"(peak {mem['VmHWM']:.0f} MiB)"
     )
@@ -290,15 +387,25 @@ async def run(args: Options, directory: Path) -> None:
                 f"in {time.monotonic() - started:.0f} s",
                 flush=True,
             )
-            for setting in args.progress:
-                async with sidecars(cluster, names, _SETTINGS[setting], directory / setting) as (
-                    west,
-                    start,
-                ):
-                    print(started_line(setting, west, start), flush=True)
-                    await window(west, js, streams, args.seconds, f"{setting}, idle")
-                    load = publish_each_stream(conns["west"], streams)
-                    await window(west, js, streams, args.seconds, f"{setting}, loaded", load)
+            await warm_up(conns, streams)
+            servers = server_pids(directory / "cluster")
+            checkouts = [args.baseline, None] if args.baseline is not None else [None]
+            for setting, checkout in itertools.product(args.progress, checkouts):
+                with code_of(checkout) as code:
+                    workdir = directory / f"{setting}-{code}"
+                    sweep = args.sweep_intervals if checkout is None else None
+                    async with sidecars(cluster, names, _SETTINGS[setting], workdir, sweep) as (
+                        west,
+                        start,
+                    ):
+                        label = f"{code}, {setting}"
+                        print(started_line(label, west, start), flush=True)
+                        await settled(west)
+                        await window(west, js, streams, args.seconds, f"{label}, idle", servers)
+                        load = publish_each_stream(conns["west"], streams)
+                        await window(
+                            west, js, streams, args.seconds, f"{label}, loaded", servers, load
+                        )
             if args.backlog > 0:
                 await backlog_passes(args, cluster, conns, streams, directory)
         finally:
@@ -333,8 +440,10 @@ async def backlog_passes(
             west,
             start,
         ):
-            print(started_line(setting, west, start, ", backlog"), flush=True)
-            await window(west, js, streams, args.backlog_seconds, f"{setting}, backlog, idle")
+            print(started_line(f"progress {setting}", west, start, ", backlog"), flush=True)
+            label = f"{setting}, backlog, idle"
+            servers = server_pids(directory / "cluster")
+            await window(west, js, streams, args.backlog_seconds, label, servers)
 
 
 def settings(text: str) -> list[str]:
@@ -354,6 +463,12 @@ def main() -> None:
     )
     parser.add_argument("--backlog", type=int, default=100_000, help="0: no backlog passes")
     parser.add_argument("--backlog-seconds", type=float, default=10)
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="a checkout to measure first, side by side"
+    )
+    parser.add_argument(
+        "--sweep-intervals", type=int, default=None, help="snapshot.sweep_intervals (not baseline)"
+    )
     args = Options(**vars(parser.parse_args()))
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     logging.basicConfig(level=logging.ERROR)

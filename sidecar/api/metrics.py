@@ -102,6 +102,12 @@ class SidecarMetrics:
             ["stream"],
             registry=r,
         )
+        self._position_reads = Counter(
+            "rsub_position_reads_total",
+            "Reads of a stream's subscription positions (consumer listing, cursors).",
+            ["stream"],
+            registry=r,
+        )
         self._updates_applied = Counter(
             "rsub_updates_applied_total",
             "Subscription updates from other regions that moved a subscription here.",
@@ -246,6 +252,9 @@ class SidecarMetrics:
 
     def update_sent(self, stream: str) -> None:
         self._updates_sent.labels(stream).inc()
+
+    def position_read(self, stream: str) -> None:
+        self._position_reads.labels(stream).inc()
 
     def update_applied(self, stream: str, origin: str) -> None:
         self._updates_applied.labels(stream, origin).inc()

@@ -4,7 +4,8 @@ All cursors of one virtual stream live in ONE key `cursors.<stream>` of the regi
 bucket (the lease's bucket, placed in the region), as JSON `{subscription: sequence}`. So
 they survive sidecar restarts, one `get` reads them all (cheap enough for every interval,
 and it works while the region is cut off), and a move is one compare-and-set. Moves are
-forward only; concurrent writers retry on the revision.
+forward only; concurrent writers retry on the revision. `cursor_commits()` follows the
+writes of every replica (the signal to read a stream's cursors again).
 
 `TrailingMarkers` turns stored cursors into the effective mark-delete positions handed to
 the protocol: a cursor that only markers follow (e.g. a finished Spark job whose cursor
@@ -14,19 +15,22 @@ position is the read stream's last sequence, as for a durable with nothing pendi
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
 import structlog
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from sidecar.nats import jsapi
+from sidecar.nats import jsapi, stream_reader
 
 log = structlog.get_logger(__name__)
 
+_KEY_PREFIX = "cursors."
 _CAS_ATTEMPTS = 20
 _DEFAULT_TIMEOUT_S = 5.0
 
@@ -37,7 +41,7 @@ class CursorStore:
 
     @staticmethod
     def key(stream: str) -> str:
-        return f"cursors.{stream}"
+        return f"{_KEY_PREFIX}{stream}"
 
     async def load(self, stream: str) -> dict[str, int]:
         """Every external cursor of `stream` (empty when none was committed yet)."""
@@ -155,3 +159,14 @@ class TrailingMarkers:
             nc, self._stream, seq, next_by_subj=self._filter, timeout_s=self._timeout
         )
         return int(found["seq"]) if found is not None else None
+
+
+async def cursor_commits(js: JetStreamContext, bucket: str) -> AsyncGenerator[str, None]:
+    """The virtual stream of every cursor key written to `bucket` (the KV bucket's stream,
+    headers only), first those stored now, then each write as it comes; forever (until the
+    connection closes: start again then)."""
+    prefix = f"$KV.{bucket}.{_KEY_PREFIX}"
+    tail = stream_reader.tail(js, f"KV_{bucket}", f"{prefix}>", 1, headers_only=True)
+    async with contextlib.aclosing(tail):
+        async for msg in tail:
+            yield msg.subject[len(prefix) :]

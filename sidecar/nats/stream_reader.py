@@ -2,9 +2,9 @@
 
 - `replay()` yields exactly the matching messages stored when it is called (an ephemeral
   pull consumer: its `num_pending` at creation is the count), for a rebuild at startup.
-- `tail()` yields them from a start sequence on, live (an ordered push consumer, which
-  nats-py recreates after gaps or missed heartbeats from the sequence after the last one it
-  delivered). Restart it from `last seq + 1` when it ends (the connection was closed).
+- `tail()` yields them from a start sequence on, live (an ordered push consumer: flow
+  control, idle heartbeats, no acks); it raises `TailGap` when a delivery is missing or the
+  server went silent. Restart it from `last seq + 1` when it ends.
 
 With `headers_only` the server sends each message's headers with an empty payload, plus a
 `Nats-Msg-Size` header holding the payload's size.
@@ -22,7 +22,10 @@ from nats.js import JetStreamContext, api
 
 _REPLAY_FETCH_TIMEOUT_S = 5.0
 _REPLAY_INACTIVE_S = 60.0
-_TAIL_HEARTBEAT_S = 2.0
+_TAIL_HEARTBEAT_S = 10.0
+# A tail that hears nothing for this long (two heartbeats and a half) starts again.
+_TAIL_SILENCE_S = 2.5 * _TAIL_HEARTBEAT_S
+_CONSUMER_STALLED = "Nats-Consumer-Stalled"
 
 
 def _from(start_seq: int) -> dict[str, object]:
@@ -67,6 +70,11 @@ async def replay(
             await js.delete_consumer(stream, info.name)
 
 
+class TailGap(NatsError):
+    """A tail lost its place (a delivery missing, or the server silent too long): start a new
+    one after the last message taken."""
+
+
 async def tail(
     js: JetStreamContext,
     stream: str,
@@ -76,16 +84,55 @@ async def tail(
     headers_only: bool = False,
 ) -> AsyncGenerator[Msg, None]:
     """Yield the messages on `filter_subject` of `stream` from `start_seq` on, in stream
-    order, forever (until the connection closes)."""
-    sub = await js.subscribe(
-        filter_subject,
-        stream=stream,
-        ordered_consumer=True,
-        idle_heartbeat=_TAIL_HEARTBEAT_S,
-        config=api.ConsumerConfig(headers_only=headers_only, **_from(start_seq)),  # type: ignore[arg-type]
-    )
+    order, until the server goes silent or a delivery is missing (`TailGap`), or the
+    connection closes; restart it from `last seq + 1` then.
+
+    An ordered push consumer written here rather than nats-py's (`ordered_consumer=True`):
+    that one runs a task per subscription polling its flow control every 250 ms, which at
+    thousands of tails was most of an idle sidecar's CPU. Here the flow-control request is
+    answered when it is read (every message before it has been yielded and taken, as the
+    server asks), and the server's idle heartbeats (every `_TAIL_HEARTBEAT_S`) are only
+    waited for.
+    """
+    nc = js._nc  # the connection behind `js` (nats-py keeps no public handle on it)
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
     try:
-        async for msg in sub.messages:
+        await js.add_consumer(
+            stream,
+            api.ConsumerConfig(
+                filter_subject=filter_subject,
+                deliver_subject=inbox,
+                ack_policy=api.AckPolicy.NONE,
+                max_deliver=1,
+                flow_control=True,
+                idle_heartbeat=_TAIL_HEARTBEAT_S,
+                inactive_threshold=_REPLAY_INACTIVE_S,
+                mem_storage=True,
+                num_replicas=1,
+                headers_only=headers_only,
+                **_from(start_seq),  # type: ignore[arg-type]
+            ),
+        )
+        delivered = 0
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=_TAIL_SILENCE_S)
+            except TimeoutError as err:
+                raise TailGap(
+                    f"{stream}: no message nor heartbeat for {_TAIL_SILENCE_S} s"
+                ) from err
+            headers = msg.headers
+            if headers and api.Header.STATUS in headers:
+                # 100: a heartbeat, or a flow-control request (answered: taken so far).
+                reply = msg.reply or headers.get(_CONSUMER_STALLED)
+                if reply:
+                    await nc.publish(reply)
+                continue
+            meta = msg.metadata
+            if meta.sequence.consumer != delivered + 1:
+                raise TailGap(f"{stream}: delivery {meta.sequence.consumer} after {delivered}")
+            delivered = meta.sequence.consumer
             yield msg
     finally:
         with contextlib.suppress(NatsError, asyncio.TimeoutError):

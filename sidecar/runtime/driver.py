@@ -13,7 +13,9 @@ by that loop, and an API write that `submit`s a job returns once its outputs are
 - `tail`: follow the read stream's markers live from where the replay ended;
 - `index`: follow the origins of its data messages live from where the replay ended, handed
   to the machine in batches (`StreamMachine.data_indexed`, DESIGN §7);
-- `tick`: every `snapshot.interval_ms`, read the positions again and tick the machine.
+- `interval` and `refresh`, called by the region's one `IntervalLoop` every
+  `snapshot.interval_ms`: tell the machine how far the tails saw the read stream go, tick
+  it while it may act, and read the positions again when they may have moved.
 
 Memory of a backlog: while `rebuild` runs, each stored data message costs 18 bytes
 (`_Backlog`). Once indexed, the machine's origin index holds 24 bytes per run of
@@ -29,22 +31,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from array import array
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 
 import structlog
+from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
+from sidecar.nats import signals
+from sidecar.nats.cursors import cursor_commits
 from sidecar.nats.marker_log import StoredMarker, replay_markers, tail_markers
 from sidecar.nats.origin_log import replay_origins, tail_origins
 from sidecar.protocol import (
     Action,
+    CreateConsumer,
+    CreateCursor,
     MachineConfig,
     Marker,
+    MoveConsumer,
+    MoveCursor,
     Output,
     Rejected,
     StreamMachine,
@@ -64,6 +74,15 @@ Input = Callable[[StreamMachine], list[Output]]
 """One input to the machine: calls one (or a few) of its input methods, returns the outputs."""
 
 _TAIL_RETRY_S = 0.5
+# Position reads in flight at once over the region's streams (`IntervalLoop`).
+_READERS = 16
+# `IntervalLoop` takes the streams in this many groups, spread over each interval.
+_PHASES = 10
+# A leader's machine quiet (no input, no output, no attempt) for this many interval ticks
+# in a row is not ticked again until its next input (`StreamDriver.interval`).
+_QUIET_TICKS = 2
+# Actions after which the stream's positions are read again (they moved them).
+_MOVES = (MoveConsumer, CreateConsumer, MoveCursor, CreateCursor)
 # Tailed data origins go to the machine as one job per this many, or per this wait.
 _INDEX_BATCH = 1000
 _INDEX_WAIT_S = 0.1
@@ -91,6 +110,7 @@ class StreamDriver:
         self.changed = asyncio.Condition()
         """Notified after every job (what `watch_subscription` waits for)."""
         self._config = config
+        self._metrics = metrics
         self._handles = handles
         self._effects = Effects(vs, handles, self.subscriptions)
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
@@ -99,21 +119,34 @@ class StreamDriver:
         self._data_seq = 0
         self._data = _Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
         self._stopping = False
+        self.read_queued = False
+        """Set by `IntervalLoop` while a read of this stream waits or runs."""
+        self._signalled = False
+        self._told_seq = 0  # the read stream's end as last told to the machine
+        self._activity = 0  # inputs queued, and interval ticks that gave outputs
+        self._activity_seen = -1
+        self._quiet = 0
+        self._steps = 0  # jobs applied
+        self._observed = -1  # `_steps` when the observer last looked at the machine
 
     # ---- inputs ---------------------------------------------------------------------------
 
     def post(self, apply: Input) -> None:
         """Queue `apply` for the machine (carried out in order, after the jobs before it)."""
+        self._activity += 1
         self._jobs.put_nowait(_Job(apply))
 
     async def submit(self, apply: Input) -> None:
         """Queue `apply` and wait until its outputs are carried out."""
+        self._activity += 1
         done = asyncio.get_running_loop().create_future()
         self._jobs.put_nowait(_Job(apply, done))
         await done
 
     def leadership(self, leader: bool, epoch: int) -> None:
-        """The lease changed: the machine learns it in turn with everything else."""
+        """The lease changed: the machine learns it in turn with everything else (a new
+        leader reads the positions at once)."""
+        self._signalled = True
         self.post(partial(self._become_leader, epoch) if leader else StreamMachine.became_follower)
 
     def _become_leader(self, epoch: int, machine: StreamMachine) -> list[Output]:
@@ -126,6 +159,7 @@ class StreamDriver:
 
     async def read_positions(self) -> dict[str, int]:
         """Durables and external cursors read again (see `LocalSubscriptions.read`)."""
+        self._metrics.position_read(self.vs.name)
         return await self.subscriptions.read(self._handles.conn.nc, self._handles.cursors())
 
     def positions_input(self, positions: Mapping[str, int]) -> Input:
@@ -166,6 +200,9 @@ class StreamDriver:
                 markers.append((stored.seq, decoded))
             self._tail_seq = stored.seq
         positions = await self.read_positions()
+        if not self._config.progress:
+            # Without progress only data from now on matters (`index` follows it from here).
+            self._data_seq = self.subscriptions.last_seq
         # Leadership reaches the machine through the job queue (`leadership`), never here:
         # `became_leader` twice with one epoch would reuse snapshot ids.
         self.machine = StreamMachine.restore(
@@ -196,6 +233,8 @@ class StreamDriver:
                 for output in job.apply(machine):
                     if isinstance(output, Action):
                         await self._effects.carry_out(machine, output)
+                        if isinstance(output, _MOVES):
+                            self._signalled = True
                     else:
                         self.observer.event(output)
             except Exception:
@@ -203,7 +242,7 @@ class StreamDriver:
             finally:
                 if job.done is not None and not job.done.done():
                     job.done.set_result(None)
-            self.observer.machine_stepped(machine)
+            self._steps += 1
             async with self.changed:
                 self.changed.notify_all()
 
@@ -226,7 +265,8 @@ class StreamDriver:
 
     async def index(self) -> None:
         """Follow the origins of the read stream's data messages live, from where the replay
-        ended, and hand them to the machine in batches (never one job per message)."""
+        ended, and hand them to the machine in batches (never one job per message). With
+        progress off, only follow how far the data went (the snapshots' start signal)."""
         try:
             await self._follow("origin", self._tail_origins, lambda: self._data_seq)
         finally:
@@ -245,8 +285,11 @@ class StreamDriver:
         )
         async with contextlib.aclosing(tail):
             async for entry in tail:
-                self._data_read(entry)
-                self._data.add(entry)
+                if self._config.progress:
+                    self._data_read(entry)
+                    self._data.add(entry)
+                else:  # only how far the data went, the signal for a snapshot to start
+                    self._data_seq = entry.read_seq
 
     def _post_data(self, entries: list[DataEntry]) -> None:
         self.post(partial(StreamMachine.data_indexed, entries=entries))
@@ -269,18 +312,87 @@ class StreamDriver:
                 log.warning(f"{what}_tail_failed", stream=self.vs.name, error=repr(err))
             await asyncio.sleep(_TAIL_RETRY_S)
 
-    async def tick(self) -> None:
-        interval_s = self._config.interval_ms / 1000
-        while not self._stopping:
-            await asyncio.sleep(interval_s)
-            # While the machine has not taken the last read (its jobs are slow: moves in a
-            # degraded cluster take a second each), a newer read would only queue up behind it.
-            if self._handles.conn.connected and not self._positions_queued:
-                try:
-                    self._post_positions(await self.read_positions())
-                except (TimeoutError, NatsError, OSError) as err:
-                    log.warning("positions_read_failed", stream=self.vs.name, error=repr(err))
-            self.post(partial(StreamMachine.tick, now_ms=now_ms()))
+    # ---- the interval (`IntervalLoop`) ---------------------------------------------------
+
+    def moved(self) -> None:
+        """A signal that positions may have moved (an ack, a consumer advisory, a cursor
+        write, a move or creation carried out here, a leadership change): read them at the
+        next interval."""
+        self._signalled = True
+
+    def positions_stale(self, leader: bool, sweep: bool) -> bool:
+        """Whether to read the positions at this interval.
+
+        A leader reads them when signalled, or when the read stream grew while a position
+        follows its end (`LocalSubscriptions.follows_end`); a follower (it only answers the
+        API) and everyone on a sweep read them anyway. Safety does not rest on this choice:
+        the machine only ever gets positions as read from the server (`positions_read`), so
+        a read skipped or late only delays an update; it never hands over a position the
+        subscription has not reached.
+        """
+        if sweep:
+            return True
+        if not leader:
+            return False
+        subscriptions = self.subscriptions
+        grew = self._told_seq > subscriptions.last_seq and subscriptions.follows_end
+        return self._signalled or grew
+
+    async def refresh(self) -> None:
+        """Read the positions again and queue them for the machine."""
+        # While the machine has not taken the last read (its jobs are slow: moves in a
+        # degraded cluster take a second each), a newer read would only queue up behind it.
+        if self._positions_queued:
+            self._signalled = True
+            return
+        self._signalled = False  # a signal arriving during the read asks for the next one
+        try:
+            self._post_positions(await self.read_positions())
+        except (TimeoutError, NatsError, OSError) as err:
+            self._signalled = True
+            log.warning("positions_read_failed", stream=self.vs.name, error=repr(err))
+
+    def interval(self, now_ms: int, leader: bool) -> None:
+        """One interval: update the machine's gauges if it changed, tell the machine how far
+        the tails saw the read stream go (a leader starts a snapshot on new data), and tick a
+        leader's machine while it may act.
+
+        The machine only acts on an input or with an attempt pending, so a leader's machine
+        that had neither for two ticks an interval apart has nothing to do until its next
+        input (by then its interval since the last start has passed too): it is not ticked.
+        The tails' sequences are of messages stored in the read stream, so the machine's
+        last sequence is never beyond the stream's (`read_stream_advanced`).
+        """
+        machine = self.machine
+        if machine is not None and self._steps != self._observed:
+            # The gauges follow the machine once an interval (not after every job).
+            self._observed = self._steps
+            self.observer.machine_stepped(machine)
+        seen = max(self._tail_seq, self._data_seq)
+        advanced = seen if seen > self._told_seq else 0
+        self._told_seq = max(self._told_seq, seen)
+        tick = False
+        if leader:
+            busy = machine is not None and machine.pending() is not None
+            if advanced or busy or self._activity != self._activity_seen:
+                self._activity_seen = self._activity
+                self._quiet = 0
+            else:
+                self._quiet += 1
+            tick = self._quiet <= _QUIET_TICKS
+        if advanced or tick:
+            self._jobs.put_nowait(_Job(partial(self._interval_input, advanced, now_ms, tick)))
+
+    def _interval_input(
+        self, last_seq: int, now_ms: int, tick: bool, machine: StreamMachine
+    ) -> list[Output]:
+        out = machine.read_stream_advanced(last_seq) if last_seq else []
+        if tick:
+            ticked = machine.tick(now_ms)
+            if ticked:
+                self._activity += 1
+            out += ticked
+        return out
 
     def _post_positions(self, positions: Mapping[str, int]) -> None:
         apply = self.positions_input(positions)
@@ -304,15 +416,19 @@ class StreamDriver:
 
 
 def _marker_input(seq: int, decoded: Marker | Rejected) -> Input:
-    """The machine's input for one tailed marker, preceded by a tick with the time it was seen
-    (the machine records the last tick's time: completions are stamped when they happen)."""
+    """The machine's input for one tailed marker, between two ticks with the time it was seen:
+    the one before stamps what the marker completes with that time, the one after starts the
+    next snapshot at once when the marker completed one later than an interval after it
+    started (else the next would wait for the next interval, losing one)."""
     seen_ms = now_ms()
 
     def apply(machine: StreamMachine) -> list[Output]:
         out = machine.tick(seen_ms)
         if isinstance(decoded, Marker):
-            return out + machine.marker_seen(seq, decoded)
-        return out + machine.marker_rejected(seq, decoded)
+            out += machine.marker_seen(seq, decoded)
+        else:
+            out += machine.marker_rejected(seq, decoded)
+        return out + machine.tick(seen_ms)
 
     return apply
 
@@ -379,3 +495,98 @@ class _Batches:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+class IntervalLoop:
+    """The interval of every stream of a region, in one task, and the reads it asks for.
+
+    Every `interval_ms`, in `_PHASES` groups spread over it, each driver's `interval`
+    (cheap, no I/O), then the positions of the
+    streams that may have moved (`StreamDriver.positions_stale`) are read by `_READERS`
+    tasks, never two reads of one stream at once. A sweep reads every stream once per
+    `sweep_intervals` intervals, spread over them (a missed signal only delays an update by
+    as much). The work of an interval grows with the streams that changed, not with all
+    streams; the signals come from `sidecar.nats.signals` and `cursor_commits`.
+    """
+
+    def __init__(self, handles: RegionHandles, interval_ms: int, sweep_intervals: int) -> None:
+        self._drivers: list[StreamDriver] = []
+        self._by_name: dict[str, StreamDriver] = {}
+        self._signals: dict[str, list[Subscription]] = {}
+        self._handles = handles
+        self._interval_s = interval_ms / 1000
+        self._sweep = sweep_intervals
+        self._queue: asyncio.Queue[StreamDriver] = asyncio.Queue()
+
+    async def add(self, driver: StreamDriver) -> None:
+        """Take `driver` (rebuilt) into the intervals, its consumer signals followed (nats-py
+        keeps the subscriptions across reconnects)."""
+        read_stream = driver.vs.read_stream(self._handles.region)
+        name = driver.vs.name
+        self._signals[name] = await signals.follow_consumers(
+            self._handles.conn.nc, read_stream, driver.moved
+        )
+        self._drivers.append(driver)
+        self._by_name[name] = driver
+
+    async def remove(self, driver: StreamDriver) -> None:
+        """Stop the intervals and the signals of `driver` (a stream no longer run here)."""
+        name = driver.vs.name
+        if self._by_name.pop(name, None) is None:
+            return
+        self._drivers.remove(driver)
+        for subscription in self._signals.pop(name, []):
+            with contextlib.suppress(NatsError):
+                await subscription.unsubscribe()
+
+    async def run(self) -> None:
+        readers = [asyncio.create_task(self._reader()) for _ in range(_READERS)]
+        try:
+            for step in itertools.count(_PHASES):
+                await asyncio.sleep(self._interval_s / _PHASES)
+                self.interval(*divmod(step, _PHASES))
+        finally:
+            for task in readers:
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+
+    def interval(self, count: int, phase: int) -> None:
+        """Interval `count` of the streams in `phase`: one in `_PHASES` of the streams, so
+        that their snapshots do not all start (and load both regions) at the same instant."""
+        handles = self._handles
+        connected, now = handles.conn.connected, now_ms()
+        queued = 0
+        for i in range(phase, len(self._drivers), _PHASES):
+            driver = self._drivers[i]
+            leader = handles.leads(driver.vs.name)
+            driver.interval(now, leader)
+            sweep = (i + count) % self._sweep == 0
+            if connected and not driver.read_queued and driver.positions_stale(leader, sweep):
+                driver.read_queued = True
+                self._queue.put_nowait(driver)
+                queued += 1
+        log.debug("interval", phase=phase, reads_queued=queued, reads_waiting=self._queue.qsize())
+
+    async def _reader(self) -> None:
+        while True:
+            driver = await self._queue.get()
+            try:
+                await driver.refresh()
+            except Exception:  # one stream's trouble never stops the reads of the others
+                log.exception("positions_read_crashed", stream=driver.vs.name)
+            finally:
+                driver.read_queued = False
+
+    async def follow_cursors(self, bucket: str) -> None:
+        """Mark a stream whenever one of its cursors is written (by any replica)."""
+        by_name = self._by_name
+        while True:
+            try:
+                async for stream in cursor_commits(self._handles.conn.js, bucket):
+                    driver = by_name.get(stream)
+                    if driver is not None:
+                        driver.moved()
+                log.warning("cursor_tail_ended", bucket=bucket)
+            except (TimeoutError, NatsError, OSError) as err:
+                log.warning("cursor_tail_failed", bucket=bucket, error=repr(err))
+            await asyncio.sleep(_TAIL_RETRY_S)

@@ -25,6 +25,10 @@ class RegionHandles:
         assert self.cursor_store is not None, "the KV bucket is not open yet"
         return self.cursor_store
 
+    def leads(self, stream: str) -> bool:
+        """Whether this replica leads `stream` now (its shard's lease)."""
+        return self.leases is not None and self.leases.for_stream(stream).is_leader
+
     def leads_with(self, stream: str, epoch: int) -> bool:
         """Whether this replica leads `stream` now, under `epoch` (its shard's lease)."""
         if self.leases is None:

@@ -37,6 +37,12 @@ class LocalSubscriptions:
         """Subscriptions this sidecar created here so far (`Effects` counts them)."""
         self.read_created = 0
         """`created` when the last read began: a read that began before a creation lacks it."""
+        self.follows_end = True
+        """Whether, at the last read, a position depended on the read stream's end: a
+        replicated durable with nothing pending (its position is `last_seq`) or an external
+        cursor (markers after it count as consumed). Such a position can move when only
+        the read stream grows; any other moves only by an ack, a reset, a commit or a
+        (re)creation (the signals `IntervalLoop` follows) or by what its sweep catches."""
 
     def infos(self) -> dict[str, SubscriptionInfo]:
         """Every local subscription, for the machine's `subscriptions_changed`."""
@@ -56,6 +62,9 @@ class LocalSubscriptions:
             for c in read.consumers
         }
         self.last_seq = read.last_seq
+        self.follows_end = bool(self.cursors) or any(
+            c.replicated and c.num_pending == 0 and c.num_ack_pending == 0 for c in read.consumers
+        )
         self.read_ms = now_ms()
         self.read_created = created
         return {**cursors, **{c.name: c.mark_delete for c in read.consumers if c.replicated}}

@@ -28,7 +28,7 @@ from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
 from sidecar.runtime.backend import RuntimeBackend
 from sidecar.runtime.discovery import StreamDiscovery
-from sidecar.runtime.driver import StreamDriver
+from sidecar.runtime.driver import IntervalLoop, StreamDriver
 from sidecar.runtime.handles import RegionHandles
 
 log = structlog.get_logger(__name__)
@@ -97,6 +97,11 @@ class Runtime(RuntimeBackend):
         # Per stream, the tasks that run it (what stopping that one stream cancels).
         self._stream_tasks: dict[str, list[asyncio.Task[None]]] = {}
         self.metrics.set_streams("listed", len(drivers))
+        # The interval of every stream (snapshots started, positions read when they may have
+        # moved); a stream joins it once rebuilt (`_start_stream`).
+        self._intervals = IntervalLoop(
+            self._handles, config.snapshot.interval_ms, config.snapshot.sweep_intervals
+        )
         self._discovery = (
             StreamDiscovery(
                 config, conn, self.metrics, add=self._add_stream, drop=self._drop_stream
@@ -253,6 +258,7 @@ class Runtime(RuntimeBackend):
         )
         self._handles.leases = leases
         self._spawn(leases.run(), "leases")
+        self._spawn(self._intervals.follow_cursors(bucket), "cursor-signals")
         for driver in list(self._drivers.values()):
             await self._start_stream(driver)
         if self._discovery is not None:
@@ -262,6 +268,7 @@ class Runtime(RuntimeBackend):
             self._spawn(self._discovery.run(), "discovery")
             if first:
                 await asyncio.wait(first)
+        self._spawn(self._intervals.run(), "intervals")
         self._streams_rebuilt = True
         self._ready.set()
         log.info("runtime_ready", region=self.region, streams=list(self._drivers))
@@ -274,9 +281,9 @@ class Runtime(RuntimeBackend):
         tasks = self._stream_tasks.setdefault(name, [])
         tasks.append(self._spawn(driver.drive(), f"drive-{name}"))
         tasks.append(self._spawn(driver.tail(), f"tail-{name}"))
-        if self.config.progress.enabled:  # off: PIP-33 only, no origin index
-            tasks.append(self._spawn(driver.index(), f"index-{name}"))
-        tasks.append(self._spawn(driver.tick(), f"tick-{name}"))
+        # The data tail runs with progress off too: new data is what starts a snapshot.
+        tasks.append(self._spawn(driver.index(), f"index-{name}"))
+        await self._retry(f"consumer signals {name}", partial(self._intervals.add, driver))
 
     def _add_stream(self, vs: VirtualStream) -> None:
         """Take up a stream discovery found: its driver joins the API and its shard (with the
@@ -297,6 +304,7 @@ class Runtime(RuntimeBackend):
         """Stop a discovered stream whose read stream is gone, and forget it."""
         driver = self._drivers.pop(name)
         driver.stop()
+        await self._intervals.remove(driver)
         self._shard_of(driver).remove(driver)
         self._leadership.pop(name, None)
         tasks = self._stream_tasks.pop(name, [])

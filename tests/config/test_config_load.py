@@ -51,6 +51,7 @@ def test_defaults() -> None:
     assert config.cluster_for("east") == "east"
     assert (config.snapshot.interval_ms, config.snapshot.timeout_s) == (1000, 30.0)
     assert config.snapshot.cache_size == 30
+    assert config.snapshot.sweep_intervals == 30
     assert config.progress.enabled
     assert (config.lease.bucket, config.lease.ttl_s) == ("rsub-leases", 10.0)
     assert config.grpc.listen == "127.0.0.1:7070" and config.grpc.auth_token is None
@@ -155,6 +156,10 @@ def test_virtual_streams_follow_patterns_and_clusters() -> None:
         ),
         (lambda d: d.update(snapshot={"timeout_s": -1}), "snapshot.timeout_s: must be positive"),
         (lambda d: d.update(snapshot={"cache_size": 0}), "snapshot.cache_size: must be positive"),
+        (
+            lambda d: d.update(snapshot={"sweep_intervals": 0}),
+            "snapshot.sweep_intervals: must be positive",
+        ),
         (lambda d: d.update(snapshot=[1]), "snapshot: expected a mapping, got list"),
         (lambda d: d.update(lease={"bucket": "a.b"}), "lease.bucket: invalid KV bucket name 'a.b'"),
         (lambda d: d.update(lease={"ttl_s": 0}), "lease.ttl_s: must be positive"),

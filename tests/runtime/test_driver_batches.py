@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from rsub_dev.sidecars import wait_until
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import NatsConfig
 from sidecar.naming import VirtualStream
@@ -54,7 +55,8 @@ async def test_a_positions_read_waits_while_the_last_one_is_still_queued(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The machine takes jobs one by one; when they are slow (moves in a degraded cluster),
-    the tick loop must not pile reads behind them: one read waits in the queue at most."""
+    the interval loop must not pile reads behind them: one read waits in the queue at most,
+    and a read skipped for it is asked for again at the next interval."""
     vs = VirtualStream("orders", ("west", "east"))
     conn = NatsConnection(NatsConfig(servers=("nats://127.0.0.1:1",)), name="test")
     conn.connected = True
@@ -72,13 +74,17 @@ async def test_a_positions_read_waits_while_the_last_one_is_still_queued(
         return {}
 
     monkeypatch.setattr(driver, "read_positions", read_positions)
-    ticking = asyncio.create_task(driver.tick())
-    await asyncio.sleep(0.2)  # about 20 intervals, and nobody drives the machine
+    for _ in range(5):  # five intervals, and nobody drives the machine
+        await driver.refresh()
     assert reads == 1
+    assert driver.positions_stale(leader=True, sweep=False)
     driver.machine = StreamMachine(MachineConfig("west", "orders", vs.regions))
     driving = asyncio.create_task(driver.drive())
-    await asyncio.sleep(0.2)
-    assert reads > 5  # taken at once now: a read every interval
+
+    async def read_again() -> bool:
+        await driver.refresh()
+        return reads > 1
+
+    await wait_until(read_again, "a read once the machine took the one queued", 10)
     driver.stop()
-    for task in (ticking, driving):
-        task.cancel()
+    driving.cancel()

@@ -144,7 +144,11 @@ async def test_exposure_is_what_a_consumer_there_receives_again(
             return False
 
         await wait_until(exposed, "an exposure of 2 in east", DEADLINE_S)
-        assert await metric(running["east"], "rsub_failover_exposure_messages") == 2
+
+        async def gauge_shows_it() -> bool:  # the gauges follow the machine each interval
+            return await metric(running["east"], "rsub_failover_exposure_messages") == 2
+
+        await wait_until(gauge_shows_it, "the exposure gauge at 2 in east", DEADLINE_S)
         # West is lost now: a consumer continuing in east receives exactly those two again.
         await cluster.set_link_delay("west", "east", 0)
         await cluster.cut_link("west", "east")

@@ -283,6 +283,22 @@ async def test_malformed_markers_are_counted_skipped_and_change_nothing(world2: 
         return await ack_floor(east, vs, "east", DURABLE) >= 0
 
     await wait_until(created_in_east, "the durable to be created in east", DEADLINE_S)
+    # The update that created it may be followed by one that moves it (a snapshot's, or a
+    # vector read later): take east's state once no update arrived for ten intervals.
+    loop = asyncio.get_running_loop()
+    since, last = loop.time(), (-1, -1)
+
+    async def no_more_updates() -> bool:
+        nonlocal since, last
+        state = (
+            await ack_floor(east, vs, "east", DURABLE),
+            await applied_from(east_sidecar, vs, DURABLE, "west"),
+        )
+        if state != last:
+            since, last = loop.time(), state
+        return loop.time() - since >= 10 * INTERVAL_MS / 1000
+
+    await wait_until(no_more_updates, "east's durable to settle", DEADLINE_S)
     floor = await ack_floor(east, vs, "east", DURABLE)
     applied = await applied_from(east_sidecar, vs, DURABLE, "west")
 
