@@ -58,6 +58,7 @@ from sidecar.protocol import (
     Output,
     Rejected,
     StreamMachine,
+    Update,
     check_writer,
     decode,
 )
@@ -261,7 +262,13 @@ class StreamDriver:
                 # The data read so far goes first: an update is applied with the index as
                 # far as the data tail got (a lagging index only places it less far).
                 self._data.flush()
-                self.post(_marker_input(stored.seq, self._decode(stored)))
+                decoded = self._decode(stored)
+                body = decoded.body if isinstance(decoded, Marker) else None
+                if isinstance(body, Update) and body.progress:
+                    # A vector moves a subscription (and changes its exposure) only at a
+                    # positions read: ask for one.
+                    self.moved()
+                self.post(_marker_input(stored.seq, decoded))
 
     async def index(self) -> None:
         """Follow the origins of the read stream's data messages live, from where the replay
