@@ -120,12 +120,12 @@ demo-spark: $(STAMP) java
 	$(BIN)/python -m examples.spark_failover
 
 soak: $(STAMP)
-	$(BIN)/python -m rsub_dev.sim.soak --seconds $${SECONDS:-600}
+	$(BIN)/python -m rsub_dev.sim.soak --seconds $(or $(SECONDS),600)
 
 # Coverage-guided fuzzing (tests/fuzz): each target for SECONDS, from the corpus in
 # tests/fuzz/corpus, to which the inputs reaching new coverage are added (commit them).
 fuzz: $(STAMP)
-	$(BIN)/python -m tests.fuzz --seconds $${SECONDS:-60} --merge
+	$(BIN)/python -m tests.fuzz --seconds $(or $(SECONDS),60) --merge
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
