@@ -102,7 +102,7 @@ soak: $(STAMP)
 # SECONDS of faults on a real three-servers-per-region super-cluster. Make variables, not
 # shell ones: bash always sets its own $$SECONDS.
 chaos: $(STAMP)
-	PYTHONPATH=devtools $(BIN)/python -m rsub_dev.chaos --seeds $(or $(SEEDS),10) \
+	$(BIN)/python -m rsub_dev.chaos --seeds $(or $(SEEDS),10) \
 		--first-seed $(or $(FIRST_SEED),1) --seconds $(or $(SECONDS),60)
 
 # Coverage-guided fuzzing (tests/fuzz): each target for SECONDS, from the corpus in

@@ -175,7 +175,8 @@ class Run:
             await proc.start()
             await proc.wait_ready(_READY_S)
         for region in self.plan.regions:
-            self.ncs[region] = await nats.connect(**connect_options(self.c.nats_config(region)))
+            options = connect_options(self.c.nats_config(region))
+            self.ncs[region] = await nats.connect(**options, error_cb=_expected_error)
         for d in self.plan.durables:
             await (
                 self.ncs[d.home]
@@ -586,6 +587,11 @@ class Run:
                 return False
             await asyncio.sleep(0.5)
         return True
+
+
+async def _expected_error(exc: Exception) -> None:
+    """Connection errors are what the nemesis causes: logged at debug level, not printed."""
+    log.debug("chaos_client_error", error=repr(exc))
 
 
 async def _all(checks: Any) -> bool:
