@@ -187,6 +187,7 @@ def summary(history: History) -> dict[str, object]:
         "failovers": len(history.failovers),
         "failover_duplicates": sum(c.duplicates for c in counts),
         "failover_bound": sum(c.bound for c in counts),
+        "failovers_without_view": sum(1 for f in history.failovers if f.view is None),
         "faults": dict(Counter(f.kind for f in history.faults)),
         "removed": sum(len(r.payloads) for r in history.removals),
     }

@@ -43,11 +43,16 @@ class Event:
 
 @dataclass(frozen=True)
 class DurablePlan:
+    """A replicated subscription and the application consuming it: a JetStream durable
+    (`kind="durable"`) or a Spark-style external cursor (`kind="cursor"`: reads the read
+    stream by direct gets and commits through gRPC `CommitCursor`)."""
+
     name: str
     home: str
     pause_s: float
     """Mean pause after each message (random pacing, exponential)."""
     batch: int
+    kind: str = "durable"
 
 
 @dataclass(frozen=True)
@@ -74,11 +79,14 @@ def draw(seed: int, seconds: float, max_regions: int = 3) -> Plan:
     rng = random.Random(seed)
     regions = REGION_NAMES[: rng.randint(2, max(2, min(max_regions, len(REGION_NAMES))))]
     rates = {r: float(rng.randint(4, 12)) for r in regions}
-    durables = tuple(
-        DurablePlan(
-            f"app{i}", rng.choice(regions), rng.choice((0.0, 0.01, 0.03)), rng.randint(1, 50)
-        )
-        for i in range(rng.randint(1, 2))
+    durables = (
+        *(
+            DurablePlan(
+                f"app{i}", rng.choice(regions), rng.choice((0.0, 0.01, 0.03)), rng.randint(1, 50)
+            )
+            for i in range(rng.randint(1, 2))
+        ),
+        DurablePlan("spark", rng.choice(regions), rng.choice((0.0, 0.01)), 20, "cursor"),
     )
     failovers = tuple(
         sorted(

@@ -46,6 +46,7 @@ from rsub_dev.sidecars import SidecarProcess, durable_config, read_stored, sidec
 from rsub_dev.workload import Producer
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.client import TlsOptionNames, open_channel
+from sidecar.exact import covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.connection import connect_options
 
@@ -135,6 +136,7 @@ class Run:
         self.ncs: dict[str, Client] = {}
         self.producers: dict[str, Producer] = {}
         self.home = {d.name: d.home for d in plan.durables}
+        self.durables = [d.name for d in plan.durables if d.kind == "durable"]
         self.stopping = asyncio.Event()
         self.delivered: dict[str, set[str]] = {d.name: set() for d in plan.durables}
         self._tasks: list[asyncio.Task[None]] = []
@@ -177,18 +179,24 @@ class Run:
         for region in self.plan.regions:
             options = connect_options(self.c.nats_config(region))
             self.ncs[region] = await nats.connect(**options, error_cb=_expected_error)
+        self.t0 = time.monotonic()  # the plan's times, and every time recorded, from here
         for d in self.plan.durables:
-            await (
-                self.ncs[d.home]
-                .jetstream()
-                .add_consumer(self.vs.read_stream(d.home), durable_config(self.vs, d.name))
-            )
-        self.t0 = time.monotonic()
+            if d.kind == "cursor":
+                await self.register_cursor(d)
+            else:
+                await (
+                    self.ncs[d.home]
+                    .jetstream()
+                    .add_consumer(self.vs.read_stream(d.home), durable_config(self.vs, d.name))
+                )
         self.producers = {
             r: Producer(self.ncs[r], self.vs, r, self.plan.rates[r]) for r in self.plan.regions
         }
         self._tasks += [asyncio.create_task(p.run()) for p in self.producers.values()]
-        self._tasks += [asyncio.create_task(self.consume(d)) for d in self.plan.durables]
+        self._tasks += [
+            asyncio.create_task(self.consume(d) if d.kind == "durable" else self.follow_cursor(d))
+            for d in self.plan.durables
+        ]
         self._tasks.append(asyncio.create_task(self.poll_positions()))
         self._tasks.append(asyncio.create_task(self.move_consumers()))
         nemesis = [asyncio.create_task(self.inject(e)) for e in self.plan.events]
@@ -275,22 +283,31 @@ class Run:
 
     def record_delivery(self, name: str, stint: int, region: str, msg: Msg) -> None:
         header = (msg.headers or {}).get(SOURCE_HEADER)
-        payload = msg.data.decode(errors="replace")
+        origin = self.vs.origin_of(header) if header else None
+        seq = msg.metadata.sequence.stream
+        self._record(name, stint, region, msg.data, msg.subject, seq, origin)
+
+    def _record(
+        self,
+        name: str,
+        stint: int,
+        region: str,
+        data: bytes,
+        subject: str,
+        seq: int,
+        origin: tuple[str, int] | None,
+    ) -> None:
+        payload = data.decode(errors="replace")
         self.delivered[name].add(payload)
         self.history.deliveries.append(
-            Delivery(
-                name,
-                stint,
-                region,
-                payload,
-                msg.subject,
-                msg.metadata.sequence.stream,
-                self.vs.origin_of(header) if header else None,
-                self.now(),
-            )
+            Delivery(name, stint, region, payload, subject, seq, origin, self.now())
         )
 
-    async def record_failover(self, name: str, stint: int, source: str, target: str) -> None:
+    async def record_failover(
+        self, name: str, stint: int, source: str, target: str, *, wait_view: bool = False
+    ) -> View | None:
+        """Record a move of `name` to `target` with `target`'s view of it; with `wait_view`
+        (a cursor cannot start without it), ask for the view until it comes (30 s at most)."""
         at = self.now()
         try:
             js = self.ncs[target].jetstream(timeout=_CALL_TIMEOUT_S)
@@ -299,12 +316,83 @@ class Run:
         except (NatsError, TimeoutError):
             last_seq = 0
         view = await self.view(target, name)
+        deadline = time.monotonic() + 30
+        while wait_view and view is None and time.monotonic() < deadline:
+            await asyncio.sleep(1)
+            view = await self.view(target, name)
         if view is not None:
             self.history.positions.append(
                 Position(name, target, at, self.now(), view.mark_delete, "sidecar")
             )
         self.history.failovers.append(Failover(name, stint, source, target, at, view, last_seq))
         log.info("chaos_failover", durable=name, source=source, target=target, view=view)
+        return view
+
+    async def register_cursor(self, plan: DurablePlan) -> None:
+        """Register the cursor at 0 in its home region, as the Spark source does first."""
+        deadline = time.monotonic() + _READY_S
+        while await self.commit(plan.name, plan.home, 0) is None:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"cursor {plan.name} could not be registered in {plan.home}")
+            await asyncio.sleep(1)
+
+    async def commit(self, name: str, region: str, seq: int) -> int | None:
+        """CommitCursor in `region`; the cursor after it (None: the sidecar did not answer)."""
+        started = self.now()
+        answer = await self._grpc(
+            region,
+            lambda cursor, _: cursor.CommitCursor(
+                api_pb2.CommitCursorRequest(stream=STREAM, subscription=name, sequence=seq),
+                timeout=_CALL_TIMEOUT_S,
+            ),
+        )
+        if answer is None:
+            return None
+        mark_delete = int(answer.mark_delete)
+        self.history.positions.append(
+            Position(name, region, started, self.now(), mark_delete, "cursor")
+        )
+        return mark_delete
+
+    async def follow_cursor(self, plan: DurablePlan) -> None:
+        """A Spark-style reader: direct gets from the read stream after its cursor, commits
+        through gRPC; after a failover it starts after the target's `mark_delete` and leaves
+        out what the target's progress covers (docs/spark.md, Failover)."""
+        rng = random.Random(f"{self.plan.seed}-{plan.name}")
+        name, stint, region = plan.name, 0, plan.home
+        next_seq, skip, committed_at = 1, dict[str, int](), time.monotonic()
+        while not self.stopping.is_set():
+            if self.home[name] != region:
+                source, region, stint = region, self.home[name], stint + 1
+                view = await self.record_failover(name, stint, source, region, wait_view=True)
+                next_seq = view.mark_delete + 1 if view is not None else 1
+                skip = dict(view.progress) if view is not None else {}
+            if time.monotonic() - committed_at > 0.5:
+                await self.commit(name, region, next_seq - 1)
+                committed_at = time.monotonic()
+            js = self.ncs[region].jetstream(timeout=_CALL_TIMEOUT_S)
+            try:
+                raw = await js.get_msg(
+                    self.vs.read_stream(region),
+                    next_seq,
+                    subject=self.vs.data_filter(),
+                    next=True,
+                    direct=True,
+                )
+            except NotFoundError:
+                await asyncio.sleep(0.2)
+                continue
+            except (NatsError, TimeoutError):
+                await asyncio.sleep(0.5)
+                continue
+            seq = int(raw.seq or next_seq)
+            header = (raw.headers or {}).get(SOURCE_HEADER)
+            origin = self.vs.origin_of(header) if header else None
+            if not covered(origin, skip):
+                self._record(name, stint, region, raw.data or b"", raw.subject or "", seq, origin)
+            next_seq = seq + 1
+            if plan.pause_s:
+                await asyncio.sleep(rng.expovariate(1 / plan.pause_s))
 
     async def move_consumers(self) -> None:
         for failover in self.plan.failovers:
@@ -326,7 +414,7 @@ class Run:
             await asyncio.sleep(_POLL_S)
 
     async def read_positions(self) -> None:
-        for name in self.home:
+        for name in self.durables:
             for region in self.plan.regions:
                 if region in self.region_down:
                     continue
@@ -507,7 +595,7 @@ class Run:
                 await asyncio.sleep(2)
 
     async def _delete_durable(self, region: str) -> str:
-        names = [n for n, home in self.home.items() if home != region]
+        names = [n for n in self.durables if self.home[n] != region]
         if not names:
             return "skipped: every durable is consumed there"
         name = self.rng.choice(names)
