@@ -189,5 +189,6 @@ def summary(history: History) -> dict[str, object]:
         "failover_bound": sum(c.bound for c in counts),
         "failovers_without_view": sum(1 for f in history.failovers if f.view is None),
         "faults": dict(Counter(f.kind for f in history.faults)),
+        "fault_errors": sum(1 for f in history.faults if f.detail.startswith("error:")),
         "removed": sum(len(r.payloads) for r in history.removals),
     }

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 REGION_NAMES = ("west", "central", "east", "north")
 LEASE_TTL_S = 3.0
+SNAPSHOT_WAIT_S = 5.0
+"""How long a mid-snapshot `sidecar_kill` waits at most for a snapshot in flight."""
 
 # Fault kinds, most valuable first, with their weight in the draw.
 KINDS: dict[str, int] = {
@@ -130,8 +132,10 @@ def _events(rng: random.Random, regions: tuple[str, ...], seconds: float) -> tup
         one_region_at_a_time = kind == "region_kill" and at < region_down_until
         if all(busy[r] <= at for r in involved) and not one_region_at_a_time:
             events.append(Event(round(at, 1), kind, target, round(duration, 1), round(amount, 2)))
+            # A kill waiting for a snapshot in flight starts up to 5 s late.
+            late = SNAPSHOT_WAIT_S if kind == "sidecar_kill" and amount else 0.0
             for r in involved:
-                busy[r] = at + duration + 1
+                busy[r] = at + late + duration + 1
             if kind == "region_kill":
                 region_down_until = at + duration + 5
         at += rng.uniform(2, 7)

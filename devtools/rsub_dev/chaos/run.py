@@ -40,7 +40,7 @@ from rsub_dev.chaos.history import (
     UserDeletion,
     View,
 )
-from rsub_dev.chaos.plan import LEASE_TTL_S, DurablePlan, Event, Plan, draw
+from rsub_dev.chaos.plan import LEASE_TTL_S, SNAPSHOT_WAIT_S, DurablePlan, Event, Plan, draw
 from rsub_dev.cluster import ClusterError, LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, read_stored, sidecar_settings
 from rsub_dev.workload import Producer
@@ -500,7 +500,7 @@ class Run:
         detail = ""
         try:
             detail = await self._fault(event)
-        except (ClusterError, NatsError, TimeoutError, OSError) as exc:
+        except Exception as exc:  # a fault that failed is recorded (and counted); the run goes on
             detail = f"error: {exc!r}"
             self.note(f"{event.kind} {event.target}: {exc!r}")
         self.history.faults.append(Fault(event.kind, event.target, at, self.now(), detail))
@@ -576,16 +576,18 @@ class Run:
             os.kill(proc.pid, sig)
 
     async def _wait_snapshot_in_flight(self, region: str) -> str:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + SNAPSHOT_WAIT_S
         while time.monotonic() < deadline:
             if await self.snapshot_pending(region):
                 return "mid-snapshot"
             await asyncio.sleep(0.05)
-        return "no snapshot in flight within 5 s"
+        return f"no snapshot in flight within {SNAPSHOT_WAIT_S:g} s"
 
     async def restart_sidecar(self, region: str) -> None:
         """What an orchestrator does for a dead sidecar: start it again (a few attempts)."""
         proc = self.sidecars[region]
+        if proc.running:  # another fault on the region restarted it already
+            return
         for attempt in range(1, _RESTART_ATTEMPTS + 1):
             try:
                 await proc.start()
