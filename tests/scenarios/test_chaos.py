@@ -17,7 +17,6 @@ from rsub_dev.chaos.history import (
     Position,
     Removal,
     UserDeletion,
-    View,
 )
 from rsub_dev.chaos.run import Outcome, run_seed
 
@@ -88,33 +87,28 @@ def test_a_floor_moving_back_is_caught_unless_its_user_deleted_it(history: Histo
     assert "forward_only" not in rules(check(history))
 
 
-def test_duplicates_beyond_the_bound_are_caught(history: History) -> None:
-    failover = history.failovers[0]
+def test_a_message_delivered_again_from_below_the_reported_position_is_caught(
+    history: History,
+) -> None:
+    failover = next(f for f in history.failovers if f.view is not None)
+    assert failover.view is not None
     before = [
-        d
-        for d in history.deliveries
-        if d.durable == failover.durable and d.stint < failover.stint and d.origin is not None
+        d for d in history.deliveries if d.durable == failover.durable and d.stint < failover.stint
     ]
-    assert before, "the first failover moved a consumer that had consumed nothing"
-    # A view covering everything consumed before with none exposed, and a read stream that
-    # already held everything: the bound is 0, so any message delivered again exceeds it.
-    progress: dict[str, int] = {}
-    for d in before:
-        if d.origin is not None:
-            progress[d.origin[0]] = max(progress.get(d.origin[0], 0), d.origin[1])
-    history.failovers[0] = dataclasses.replace(
-        failover, view=View(0, progress, 0), target_last_seq=10**12
+    assert before, "the failover moved a consumer that had consumed nothing"
+    # Delivered again after the failover from a sequence the target said was consumed.
+    rewound = dataclasses.replace(
+        before[-1],
+        stint=failover.stint,
+        region=failover.target,
+        read_seq=failover.view.mark_delete,
+        at=failover.at + 1,
     )
-    history.deliveries = [
-        d
-        for d in history.deliveries
-        if not (d.durable == failover.durable and d.stint == failover.stint)
-    ]
-    assert "duplicates" not in rules(check(history))
-    history.deliveries.append(
-        dataclasses.replace(before[0], stint=failover.stint, region=failover.target)
-    )
-    assert "duplicates" in rules(check(history))
+    history.deliveries.append(rewound)
+    assert rules(check(history)) == {"duplicates"}
+    # The same message delivered again from above that position is an expected duplicate.
+    history.deliveries[-1] = dataclasses.replace(rewound, read_seq=failover.view.mark_delete + 1)
+    assert check(history) == []
 
 
 def test_a_sidecar_not_ready_after_the_heal_is_caught(history: History) -> None:
