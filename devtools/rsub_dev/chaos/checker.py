@@ -52,12 +52,14 @@ def check_loss(history: History) -> list[Violation]:
         delivered = {d.payload for d in history.deliveries if d.durable == durable}
         excused = {p for removal in history.removals for p in removal.undelivered.get(durable, [])}
         missing = [p for p in published if p not in delivered and p not in excused]
+        stalled = any("drain deadline passed" in n for n in history.notes)
         if missing:
             found.append(
                 Violation(
                     "no_loss",
                     f"durable {durable}: {len(missing)} acknowledged messages never delivered "
-                    f"and not removed by limits: {_sample(missing)}",
+                    f"and not removed by limits: {_sample(missing)}"
+                    + (" (the drain's deadline passed: skipped or stalled)" if stalled else ""),
                 )
             )
     return found

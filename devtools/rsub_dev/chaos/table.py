@@ -44,7 +44,8 @@ def table(runs: list[dict[str, Any]]) -> str:
     lines = ["| | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]
     for r in runs:
         if not r["ok"]:
-            lines.append(f"| seed {r['seed']} failed | {'; '.join(r['violations'])} |")
+            shown = "; ".join(v[:150].replace("|", "/") for v in r["violations"])
+            lines.append(f"| seed {r['seed']} failed | {shown} |")
     return "\n".join(lines)
 
 
