@@ -15,7 +15,7 @@ PROMTOOL := $(TOOLS)/prometheus/promtool
 PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock java demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak fuzz bench clean
+.PHONY: help venv lock java demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
@@ -26,6 +26,7 @@ help:
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
 	@echo "make soak SECONDS=600 - run the protocol simulation for as long as asked"
+	@echo "make chaos SEEDS=10 SECONDS=60 [FIRST_SEED=1] - randomized fault campaign, a run per seed"
 	@echo "make fuzz SECONDS=60 - fuzz every target (atheris) for SECONDS each, keep new coverage"
 	@echo "make bench  - run the benchmarks under bench/"
 	@echo "make lock   - re-resolve the dependencies and pin them in constraints.txt"
@@ -121,6 +122,13 @@ demo-spark: $(STAMP) java
 
 soak: $(STAMP)
 	$(BIN)/python -m rsub_dev.sim.soak --seconds $(or $(SECONDS),600)
+
+# The randomized fault campaign (docs/reliability.md): SEEDS runs from FIRST_SEED, each with
+# SECONDS of faults on a real three-servers-per-region super-cluster. Make variables, not
+# shell ones: bash always sets its own $$SECONDS.
+chaos: $(STAMP)
+	$(BIN)/python -m rsub_dev.chaos --seeds $(or $(SEEDS),10) \
+		--first-seed $(or $(FIRST_SEED),1) --seconds $(or $(SECONDS),60)
 
 # Coverage-guided fuzzing (tests/fuzz): each target for SECONDS, from the corpus in
 # tests/fuzz/corpus, to which the inputs reaching new coverage are added (commit them).

@@ -475,7 +475,10 @@ class LocalSuperCluster:
 
     async def wait_ready(self, timeout: float = 30) -> None:  # noqa: ASYNC109 (agreed API)
         """Wait until every running server has JetStream enabled, knows the JetStream meta
-        leader, and has gateways to every region whose link is not cut."""
+        leader, and has gateways to every region whose link is not cut: an outbound one from
+        each server, and an inbound one into each region (into each server when it is its
+        region's only one; with more, a region's servers dial one server of the other region
+        each, through a proxy that picks it, so a server may have none)."""
         deadline = time.monotonic() + timeout
         problem = "not checked yet"
         async with aiohttp.ClientSession(
@@ -483,6 +486,7 @@ class LocalSuperCluster:
         ) as http:
             while True:
                 problem = ""
+                inbound: dict[str, set[str]] = {}
                 for spec in self._running_specs():
                     proc = self._procs[spec.name]
                     if proc.poll() is not None:
@@ -490,9 +494,11 @@ class LocalSuperCluster:
                             f"server {spec.name} exited with code {proc.returncode}; log tail:\n"
                             + log_tail(spec.log_path(self.directory))
                         )
-                    problem = await self._server_problem(http, spec)
+                    problem = await self._server_problem(http, spec, inbound)
                     if problem:
                         break
+                if not problem:
+                    problem = self._inbound_problem(inbound)
                 if not problem:
                     problem = await self._meta_problem(http)
                 if not problem:
@@ -519,8 +525,11 @@ class LocalSuperCluster:
         behind = sorted(set(running) - current - {leader})
         return f"meta leader {leader} does not see {behind} as current" if behind else ""
 
-    async def _server_problem(self, http: aiohttp.ClientSession, spec: ServerSpec) -> str:
-        """Why `spec` is not ready yet, or "" if it is."""
+    async def _server_problem(
+        self, http: aiohttp.ClientSession, spec: ServerSpec, inbound: dict[str, set[str]]
+    ) -> str:
+        """Why `spec` is not ready yet, or "" if it is; adds the regions it has inbound
+        gateways from to `inbound[its region]`."""
         try:
             async with http.get(f"{spec.monitor_url}/healthz?js-enabled-only=true") as resp:
                 if resp.status != 200:
@@ -539,9 +548,22 @@ class LocalSuperCluster:
             if other != spec.region and not self._link_cut(spec.region, other)
         }
         outbound = set(gatewayz.get("outbound_gateways") or {})
-        inbound = set(gatewayz.get("inbound_gateways") or {})
-        if missing := sorted(wanted - outbound) + sorted(wanted - inbound):
+        inbound.setdefault(spec.region, set()).update(gatewayz.get("inbound_gateways") or {})
+        if missing := sorted(wanted - outbound):
             return f"{spec.name} gateways to {missing} not connected"
+        return ""
+
+    def _inbound_problem(self, inbound: dict[str, set[str]]) -> str:
+        """Why some running server (lone in its region) or region lacks an inbound gateway
+        from a region whose link is not cut, or ""."""
+        for spec in self._running_specs():
+            wanted = {
+                other
+                for other in self.regions
+                if other != spec.region and not self._link_cut(other, spec.region)
+            }
+            if missing := sorted(wanted - inbound.get(spec.region, set())):
+                return f"{spec.region} has no gateway from {missing} connected"
         return ""
 
     async def wait_sources_active(

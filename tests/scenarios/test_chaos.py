@@ -1,0 +1,125 @@
+"""The chaos campaign (devtools/rsub_dev/chaos, docs/reliability.md) in CI: one short seed on
+a real three-servers-per-region super-cluster must pass, and the checker must reject the
+same recorded history once it is broken in each way a rule forbids."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from rsub_dev.chaos.checker import Violation, check
+from rsub_dev.chaos.history import (
+    Delivery,
+    History,
+    Position,
+    Removal,
+    UserDeletion,
+)
+from rsub_dev.chaos.run import Outcome, run_seed
+
+pytestmark = pytest.mark.integration
+
+# A seed whose short schedule mixes several kinds of faults with failovers (plan.draw).
+SEED = 3
+SECONDS = 30.0
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    return await run_seed(SEED, SECONDS, tmp_path_factory.mktemp("chaos") / "run", keep=True)
+
+
+@pytest.fixture
+def history(outcome: Outcome) -> History:
+    """A fresh copy of the run's recorded history."""
+    return History.from_json((outcome.directory / "history.json").read_text())
+
+
+def rules(violations: list[Violation]) -> set[str]:
+    return {v.rule for v in violations}
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_short_seed_passes_every_rule(outcome: Outcome, history: History) -> None:
+    print(outcome.summary)
+    assert [str(v) for v in outcome.violations] == []
+    assert history.faults, "the seed injected no fault"
+    assert history.failovers, "the seed moved no consumer"
+    assert history.deliveries and history.positions
+
+
+def test_a_skipped_message_is_loss(history: History) -> None:
+    victim = history.deliveries[len(history.deliveries) // 2]
+    history.deliveries = [
+        d
+        for d in history.deliveries
+        if not (d.durable == victim.durable and d.payload == victim.payload)
+    ]
+    assert "no_loss" in rules(check(history))
+    # The same message removed by a purge before it was delivered is excused, exactly.
+    history.removals.append(
+        Removal(victim.region, victim.at, 0, [victim.payload], {victim.durable: [victim.payload]})
+    )
+    assert "no_loss" not in rules(check(history))
+
+
+def test_a_delivered_marker_is_caught(history: History) -> None:
+    delivery = history.deliveries[0]
+    marker = dataclasses.replace(delivery, subject=f"_rsub.{history.stream}.marker.x")
+    history.deliveries.append(marker)
+    assert rules(check(history)) == {"no_marker"}
+
+
+def test_a_floor_moving_back_is_caught_unless_its_user_deleted_it(history: History) -> None:
+    last = max(
+        (p for p in history.positions if p.floor > 0 and p.source == "consumer"),
+        key=lambda p: p.started,
+    )
+    back = Position(
+        last.durable, last.region, last.at + 1, last.at + 2, last.floor - 1, last.source
+    )
+    history.positions.append(back)
+    assert "forward_only" in rules(check(history))
+    history.deletions.append(UserDeletion(last.durable, last.region, last.at + 1.5))
+    assert "forward_only" not in rules(check(history))
+
+
+def test_a_message_delivered_again_from_below_the_reported_position_is_caught(
+    history: History,
+) -> None:
+    failover = next(f for f in history.failovers if f.view is not None)
+    assert failover.view is not None
+    before = [
+        d for d in history.deliveries if d.durable == failover.durable and d.stint < failover.stint
+    ]
+    assert before, "the failover moved a consumer that had consumed nothing"
+    # Delivered again after the failover from a sequence the target said was consumed.
+    rewound = dataclasses.replace(
+        before[-1],
+        stint=failover.stint,
+        region=failover.target,
+        read_seq=failover.view.mark_delete,
+        at=failover.at + 1,
+    )
+    history.deliveries.append(rewound)
+    assert rules(check(history)) == {"duplicates"}
+    # The same message delivered again from above that position is an expected duplicate.
+    history.deliveries[-1] = dataclasses.replace(rewound, read_seq=failover.view.mark_delete + 1)
+    assert check(history) == []
+
+
+def test_a_sidecar_not_ready_after_the_heal_is_caught(history: History) -> None:
+    history.sidecars_ready[history.regions[0]] = False
+    assert "survived" in rules(check(history))
+    history.sidecars_ready[history.regions[0]] = True
+    history.snapshots_after_heal[history.regions[-1]] = False
+    assert "survived" in rules(check(history))
+
+
+def test_the_history_round_trips_through_json(outcome: Outcome, history: History) -> None:
+    assert History.from_json(history.to_json()) == history
+    assert isinstance(history.deliveries[0], Delivery)
+    assert Path(outcome.directory / "history.json").exists()
