@@ -10,20 +10,22 @@ stretch (steady traffic, cursor commits) through its faults:
   silent, snapshots stalled and timing out);
 - writers, a lost sidecar, NATS (two regions, two west replicas and a third one with
   discovery on): a malformed marker, a second west sidecar on a mistyped lease bucket (two
-  leaders); east's sidecar stopped (an origin silent, snapshots stalled and timing out);
-  west's NATS stopped (NATS down, not ready, no leader, cursor commits failing, discovery
-  stale).
+  leaders); east's sidecar stopped while west consumes a burst (an origin silent, snapshots
+  stalled and timing out, west's mark-delete past the last snapshot it sent: the replay
+  gap); west's NATS stopped (NATS down, not ready, no leader, cursor commits failing,
+  discovery stale).
 
-Not provoked here (their metrics and labels are checked in test_observability.py):
+The replay gap was once reported as not growing in that fault (3 with progress, 0 PIP-33
+only); re-measured at that commit (b4760cf) and on this branch, it grows with what west
+consumes (106 to 110 after 100 messages, both modes). The scenario as committed then ran
+no consumer while east's sidecar was stopped, so west's mark-delete stayed where it was.
+
+Not provoked here (its metric and labels are checked in test_observability.py):
 - RsubFailoverExposureHigh: an exposure needs messages in another order in the consuming
   region than here, i.e. a slow link; with a delayed gateway link (0.3 s, 0.6 s) on these
   local super-clusters the sidecars' positions reads fail (`positions_read_failed`,
   JetStream 503s and timeouts) until the end, so the gauge keeps its last value (0).
   test_progress.py sees the gauge at 2 on a cluster slowed from its start.
-- RsubReplayGapHigh: with east's sidecar stopped, west consuming 100 more messages left
-  `rsub_subscription_replay_gap_messages` at 3 (progress on) and at 0 (PIP-33 only), with
-  no positions read failing: the gauge does not grow in the fault the rule is written for
-  (docs/api.md: "updates are not sent"). Open; reported with the hardening branch.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ THRESHOLDS = {
 DISCOVERY_INTERVAL_S = 0.5
 # Scrapes of a healthy stretch: the longest window evaluated then (increase[15m]) is 30.
 HEALTHY_SCRAPES = 32
+# Messages west consumes with east's sidecar stopped: more than replayGapMessages.
+BURST = 100
 
 
 def rules(helm_tool: ModuleType) -> Any:
@@ -369,20 +373,29 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
                     recorder.remove("west-2")
                     await rogue.stop()
 
-                # East's sidecar is gone: no snapshot of west completes.
+                # East's sidecar is gone: no snapshot of west completes, so no update with a
+                # snapshot part is sent while west consumes a burst (the replay gap grows).
                 recorder.remove("east-0")
                 await running.stop("east")
                 timed_out = recorder.value("rsub_snapshots_timed_out_total", job="rsub-west") or 0
-                await until(
-                    recorder,
-                    "west's snapshots to time out without east's sidecar",
-                    lambda: (
-                        above(recorder, "rsub_snapshots_timed_out_total", timed_out, pod="west-0")
-                        and above(recorder, "rsub_origin_last_marker_age_seconds", 2, pod="west-0")
-                        and above(recorder, "rsub_last_snapshot_age_seconds", 2, pod="west-0")
-                    ),
-                )
-                alone = await recorder.wait_scrapes(2)
+                gap = "rsub_subscription_replay_gap_messages"
+                async with consuming(js, vs):
+                    await publish(js, vs, "west", [b"burst"] * BURST)
+                    await until(
+                        recorder,
+                        "west's snapshots to time out and its replay gap to grow",
+                        lambda: (
+                            above(
+                                recorder, "rsub_snapshots_timed_out_total", timed_out, pod="west-0"
+                            )
+                            and above(
+                                recorder, "rsub_origin_last_marker_age_seconds", 2, pod="west-0"
+                            )
+                            and above(recorder, "rsub_last_snapshot_age_seconds", 2, pod="west-0")
+                            and above(recorder, gap, THRESHOLDS["replayGapMessages"], pod="west-0")
+                        ),
+                    )
+                    alone = await recorder.wait_scrapes(2)
 
             # West's NATS is down: both west replicas stay up, disconnected.
             await cluster.stop_region("west")
@@ -421,6 +434,11 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
             Expect(alone, "RsubOriginSilent", {"pod": "west-0", "origin": "east"}),
             Expect(alone, "RsubSnapshotsStalled", {"pod": "west-0"}),
             Expect(alone, "RsubSnapshotsTimingOut", {"pod": "west-0"}),
+            Expect(
+                alone,
+                "RsubReplayGapHigh",
+                {"pod": "west-0", "subscription": DURABLE, "region": "east"},
+            ),
             # The follower reads the same markers: the origin is silent there too.
             Expect(alone, "RsubOriginSilent", {"pod": "west-1", "origin": "east"}),
             *(Expect(nats_down, "RsubNatsDown", labels) for labels in replicas),
