@@ -24,7 +24,7 @@ no consumer while east's sidecar was stopped, so west's mark-delete stayed where
 
 The exposure was once reported as out of reach here: with a delayed gateway link (0.3 s,
 0.6 s) the sidecars logged `positions_read_failed` to the end of the run. On this branch
-the links scenario logs none (0 in three runs, 0.6 s delay), and the exposure in east
+the links scenario logs none (0 in four runs, 0.6 s delay), and the exposure in east
 passes the threshold while the link is slow.
 """
 
