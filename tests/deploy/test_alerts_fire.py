@@ -20,11 +20,15 @@ stretch (steady traffic, cursor commits) through its faults:
 The replay gap was once reported as not growing in that fault (3 with progress, 0 PIP-33
 only); re-measured at that commit (b4760cf) and on this branch, it grows with what west
 consumes (106 to 110 after 100 messages, both modes). The scenario as committed then ran
-no consumer while east's sidecar was stopped, so west's mark-delete stayed where it was.
+no consumer while east's sidecar was stopped, so west's mark-delete stayed where it was;
+and a consumer cancelled in the middle of a fetch leaves what it fetched unacked, which
+holds the ack floor (the mark-delete) back for the 30 s ack wait: with the consumer
+restarted here that way, the gap took 28 s to pass the threshold; stopped between fetches
+(`running_task`), 3.5 s.
 
 The exposure was once reported as out of reach here: with a delayed gateway link (0.3 s,
 0.6 s) the sidecars logged `positions_read_failed` to the end of the run. On this branch
-the links scenario logs none (0 in four runs, 0.6 s delay), and the exposure in east
+the links scenario logs none (0 in six runs, 0.6 s delay), and the exposure in east
 passes the threshold while the link is slow.
 """
 
@@ -162,26 +166,27 @@ def check(
 
 
 @contextlib.asynccontextmanager
-async def running_task(work: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[None]:
-    task = asyncio.create_task(work())
+async def running_task(
+    work: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
+) -> AsyncIterator[None]:
+    """Run `work` until the block ends, then ask it to stop (the event) and wait for it: never
+    cancelled in the middle of a fetch, which would leave the fetched messages unacked and
+    the durable's ack floor (its mark-delete) behind them until their ack wait (30 s)
+    passes."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(work(stop))
     try:
         yield
     finally:
-        # Cancelled again until it ends: one run waited here 2.5 min (the scrapes went on)
-        # for a task that outlived its cancellation; nats-py waits with `asyncio.wait_for`,
-        # which on Python 3.11 can drop a cancellation that meets a reply.
-        while not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=1)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stop.set()
+        await task
 
 
 def producing(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextManager[None]:
     """A steady producer in west, 4 messages a second (snapshots start on new data only)."""
 
-    async def produce() -> None:
-        while True:
+    async def produce(stop: asyncio.Event) -> None:
+        while not stop.is_set():
             await publish(js, vs, "west", [b"steady"])
             await asyncio.sleep(0.25)
 
@@ -189,14 +194,17 @@ def producing(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextMa
 
 
 def consuming(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextManager[None]:
-    """A steady consumer of the durable in west."""
+    """A steady consumer of the durable in west; each fetch is acked in full."""
 
-    async def consume_steadily() -> None:
+    async def consume_steadily(stop: asyncio.Event) -> None:
         sub = await js.pull_subscribe_bind(DURABLE, stream=vs.read_stream("west"))
-        while True:
-            with contextlib.suppress(*NOTHING_YET):
-                for msg in await sub.fetch(10, timeout=0.5):
-                    await msg.ack_sync(timeout=5)
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(*NOTHING_YET):
+                    for msg in await sub.fetch(10, timeout=0.5):
+                        await msg.ack_sync(timeout=5)
+        finally:
+            await sub.unsubscribe()
 
     return running_task(consume_steadily)
 
