@@ -23,8 +23,8 @@ consumes (106 to 110 after 100 messages, both modes). The scenario as committed 
 no consumer while east's sidecar was stopped, so west's mark-delete stayed where it was;
 and a consumer cancelled in the middle of a fetch leaves what it fetched unacked, which
 holds the ack floor (the mark-delete) back for the 30 s ack wait: with the consumer
-restarted here that way, the gap took 28 s to pass the threshold; stopped between fetches
-(`running_task`), 3.5 s.
+restarted here that way, 56 to 58 scrapes (28 s) passed from the writers' fault to the
+gap above the threshold; with it stopped between fetches (`running_task`), 7 (3.5 s).
 
 The exposure was once reported as out of reach here: with a delayed gateway link (0.3 s,
 0.6 s) the sidecars logged `positions_read_failed` to the end of the run. On this branch
