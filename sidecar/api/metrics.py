@@ -123,8 +123,9 @@ class SidecarMetrics:
         self._replay_gap = Gauge(
             "rsub_subscription_replay_gap_messages",
             "Read-stream sequences between a subscription's mark-delete here and the local "
-            "position of the last snapshot sent to a region: what a failover there replays "
-            "at most.",
+            "position of the snapshot in the last update sent to a region (updates with a "
+            "progress vector only leave it): what a failover there replays at most by "
+            "snapshots alone.",
             ["stream", "subscription", "region"],
             registry=r,
         )

@@ -5,25 +5,31 @@ scrapes, tests/support/promtool_alerts.py), `for:` included.
 Two scenarios on real super-clusters, each recording every sidecar's /metrics from a healthy
 stretch (steady traffic, cursor commits) through its faults:
 
-- links (three regions): a slow link between west and east (slow snapshots), a read stream
+- links (three regions): a slow link between west and east (slow snapshots; a message of
+  east before a burst of west in east's read stream, after it in west's, and west consuming
+  the burst only: an exposure in east), a read stream
   sourcing a stream of no region (data of unknown origin), then central cut off (an origin
   silent, snapshots stalled and timing out);
 - writers, a lost sidecar, NATS (two regions, two west replicas and a third one with
   discovery on): a malformed marker, a second west sidecar on a mistyped lease bucket (two
-  leaders); east's sidecar stopped (an origin silent, snapshots stalled and timing out);
-  west's NATS stopped (NATS down, not ready, no leader, cursor commits failing, discovery
-  stale).
+  leaders); east's sidecar stopped while west consumes a burst (an origin silent, snapshots
+  stalled and timing out, west's mark-delete past the last snapshot it sent: the replay
+  gap); west's NATS stopped (NATS down, not ready, no leader, cursor commits failing,
+  discovery stale).
 
-Not provoked here (their metrics and labels are checked in test_observability.py):
-- RsubFailoverExposureHigh: an exposure needs messages in another order in the consuming
-  region than here, i.e. a slow link; with a delayed gateway link (0.3 s, 0.6 s) on these
-  local super-clusters the sidecars' positions reads fail (`positions_read_failed`,
-  JetStream 503s and timeouts) until the end, so the gauge keeps its last value (0).
-  test_progress.py sees the gauge at 2 on a cluster slowed from its start.
-- RsubReplayGapHigh: with east's sidecar stopped, west consuming 100 more messages left
-  `rsub_subscription_replay_gap_messages` at 3 (progress on) and at 0 (PIP-33 only), with
-  no positions read failing: the gauge does not grow in the fault the rule is written for
-  (docs/api.md: "updates are not sent"). Open; reported with the hardening branch.
+The replay gap was once reported as not growing in that fault (3 with progress, 0 PIP-33
+only); re-measured at that commit (b4760cf) and on this branch, it grows with what west
+consumes (106 to 110 after 100 messages, both modes). The scenario as committed then ran
+no consumer while east's sidecar was stopped, so west's mark-delete stayed where it was;
+and a consumer cancelled in the middle of a fetch leaves what it fetched unacked, which
+holds the ack floor (the mark-delete) back for the 30 s ack wait: with the consumer
+restarted here that way, 56 to 58 scrapes (28 s) passed from the writers' fault to the
+gap above the threshold; with it stopped between fetches (`running_task`), 7 (3.5 s).
+
+The exposure was once reported as out of reach here: with a delayed gateway link (0.3 s,
+0.6 s) the sidecars logged `positions_read_failed` to the end of the run. On this branch
+the links scenario logs none (0 in six runs, 0.6 s delay), and the exposure in east
+passes the threshold while the link is slow.
 """
 
 from __future__ import annotations
@@ -69,6 +75,9 @@ pytestmark = pytest.mark.integration
 CHART = Path(__file__).resolve().parents[2] / "helm" / "rsub-sidecar"
 STREAM = "orders"
 DURABLE = "app"
+# A durable consumed in west only to make an exposure in east (links scenario).
+EXPOSED = "exposed"
+EXPOSURE_BURST = 10
 # The chart's thresholds at the scenarios' scale (snapshots every 0.2 s, timeout 3 s).
 THRESHOLDS = {
     "snapshotStalledSeconds": 2,
@@ -82,6 +91,8 @@ THRESHOLDS = {
 DISCOVERY_INTERVAL_S = 0.5
 # Scrapes of a healthy stretch: the longest window evaluated then (increase[15m]) is 30.
 HEALTHY_SCRAPES = 32
+# Messages west consumes with east's sidecar stopped: more than replayGapMessages.
+BURST = 100
 
 
 def rules(helm_tool: ModuleType) -> Any:
@@ -155,21 +166,27 @@ def check(
 
 
 @contextlib.asynccontextmanager
-async def running_task(work: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[None]:
-    task = asyncio.create_task(work())
+async def running_task(
+    work: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
+) -> AsyncIterator[None]:
+    """Run `work` until the block ends, then ask it to stop (the event) and wait for it: never
+    cancelled in the middle of a fetch, which would leave the fetched messages unacked and
+    the durable's ack floor (its mark-delete) behind them until their ack wait (30 s)
+    passes."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(work(stop))
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stop.set()
+        await task
 
 
 def producing(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextManager[None]:
     """A steady producer in west, 4 messages a second (snapshots start on new data only)."""
 
-    async def produce() -> None:
-        while True:
+    async def produce(stop: asyncio.Event) -> None:
+        while not stop.is_set():
             await publish(js, vs, "west", [b"steady"])
             await asyncio.sleep(0.25)
 
@@ -177,14 +194,17 @@ def producing(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextMa
 
 
 def consuming(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextManager[None]:
-    """A steady consumer of the durable in west."""
+    """A steady consumer of the durable in west; each fetch is acked in full."""
 
-    async def consume_steadily() -> None:
+    async def consume_steadily(stop: asyncio.Event) -> None:
         sub = await js.pull_subscribe_bind(DURABLE, stream=vs.read_stream("west"))
-        while True:
-            with contextlib.suppress(*NOTHING_YET):
-                for msg in await sub.fetch(10, timeout=0.5):
-                    await msg.ack_sync(timeout=5)
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(*NOTHING_YET):
+                    for msg in await sub.fetch(10, timeout=0.5):
+                        await msg.ack_sync(timeout=5)
+        finally:
+            await sub.unsubscribe()
 
     return running_task(consume_steadily)
 
@@ -196,14 +216,17 @@ async def test_alerts_of_slow_and_cut_links(
     vs = VirtualStream(STREAM, tuple(cluster.regions))
     async with sidecars(cluster) as running, clients(cluster) as nc:
         js = {r: c.jetstream() for r, c in nc.items()}
-        await create_durable(js["west"], vs, "west", DURABLE)
+        for durable in (DURABLE, EXPOSED):
+            await create_durable(js["west"], vs, "west", durable)
         await publish_paced(nc["west"], running["west"], vs, [b"w-0", b"w-1"], batch=2)
-        await consume(js["west"], vs, "west", DURABLE, 2)
+        for durable in (DURABLE, EXPOSED):
+            await consume(js["west"], vs, "west", durable, 2)
 
         async def in_east() -> bool:
-            return await ack_floor(js["east"], vs, "east", DURABLE) >= 0
+            floors = [await ack_floor(js["east"], vs, "east", d) for d in (DURABLE, EXPOSED)]
+            return min(floors) >= 0
 
-        await wait_until(in_east, "the durable to reach east", DEADLINE_S)
+        await wait_until(in_east, "the durables to reach east", DEADLINE_S)
         recorder = ScrapeRecorder([target(running[r], f"{r}-0") for r in ("west", "east")])
         async with recorder.recording(), producing(js["west"], vs):
             async with consuming(js["west"], vs):
@@ -219,6 +242,24 @@ async def test_alerts_of_slow_and_cut_links(
                 lambda: (
                     above(recorder, f"{duration}_count", fast + 2, job="rsub-west")
                     and recorder.value(f"{duration}_bucket", job="rsub-west", le="1.0") == fast
+                ),
+            )
+            # Still slow: e-0 lies before a burst of west in east's read stream, after it in
+            # west's; west consumes the burst (not e-0), so east's EXPOSED cannot pass e-0 and
+            # the burst, covered by west's vector, lies above it (the exposure).
+            await publish(js["east"], vs, "east", [b"e-0"])
+            burst = [b"exposed-%d" % i for i in range(EXPOSURE_BURST)]
+            await publish(js["west"], vs, "west", burst)
+            await consume_through(js["west"], vs, EXPOSED, burst[-1])
+            exposed = await until(
+                recorder,
+                "an exposure in east",
+                lambda: above(
+                    recorder,
+                    "rsub_failover_exposure_messages",
+                    THRESHOLDS["exposureMessages"],
+                    job="rsub-east",
+                    subscription=EXPOSED,
                 ),
             )
             await cluster.set_link_delay("west", "east", 0)
@@ -253,6 +294,11 @@ async def test_alerts_of_slow_and_cut_links(
         [
             Expect(healthy),  # no alert at all, not even pending
             Expect(slow, "RsubSnapshotsSlow", west),
+            Expect(
+                exposed,
+                "RsubFailoverExposureHigh",
+                {"job": "rsub-east", "stream": STREAM, "subscription": EXPOSED},
+            ),
             Expect(rogue, "RsubDataOfUnknownOrigin", west),
             Expect(cut, "RsubOriginSilent", {**west, "origin": "central"}),
             Expect(cut, "RsubSnapshotsStalled", west),
@@ -262,6 +308,28 @@ async def test_alerts_of_slow_and_cut_links(
         ],
         tmp_path,
     )
+
+
+async def consume_through(
+    js: JetStreamContext, vs: VirtualStream, durable: str, last: bytes
+) -> None:
+    """Fetch and ack `durable`'s messages in west up to the one carrying `last`; those after
+    it in a fetch are left unacked (the ack floor stays on `last`)."""
+    sub = await js.pull_subscribe_bind(durable, stream=vs.read_stream("west"))
+    done: list[bool] = []
+
+    async def reached() -> bool:
+        with contextlib.suppress(*NOTHING_YET):
+            for msg in await sub.fetch(10, timeout=0.5):
+                if done:
+                    break
+                await msg.ack_sync(timeout=5)
+                if msg.data == last:
+                    done.append(True)
+        return bool(done)
+
+    await wait_until(reached, f"{durable} in west through {last!r}", DEADLINE_S)
+    await sub.unsubscribe()
 
 
 async def add_rogue_source(nc: Client, vs: VirtualStream) -> None:
@@ -369,20 +437,29 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
                     recorder.remove("west-2")
                     await rogue.stop()
 
-                # East's sidecar is gone: no snapshot of west completes.
+                # East's sidecar is gone: no snapshot of west completes, so no update with a
+                # snapshot part is sent while west consumes a burst (the replay gap grows).
                 recorder.remove("east-0")
                 await running.stop("east")
                 timed_out = recorder.value("rsub_snapshots_timed_out_total", job="rsub-west") or 0
-                await until(
-                    recorder,
-                    "west's snapshots to time out without east's sidecar",
-                    lambda: (
-                        above(recorder, "rsub_snapshots_timed_out_total", timed_out, pod="west-0")
-                        and above(recorder, "rsub_origin_last_marker_age_seconds", 2, pod="west-0")
-                        and above(recorder, "rsub_last_snapshot_age_seconds", 2, pod="west-0")
-                    ),
-                )
-                alone = await recorder.wait_scrapes(2)
+                gap = "rsub_subscription_replay_gap_messages"
+                async with consuming(js, vs):
+                    await publish(js, vs, "west", [b"burst"] * BURST)
+                    await until(
+                        recorder,
+                        "west's snapshots to time out and its replay gap to grow",
+                        lambda: (
+                            above(
+                                recorder, "rsub_snapshots_timed_out_total", timed_out, pod="west-0"
+                            )
+                            and above(
+                                recorder, "rsub_origin_last_marker_age_seconds", 2, pod="west-0"
+                            )
+                            and above(recorder, "rsub_last_snapshot_age_seconds", 2, pod="west-0")
+                            and above(recorder, gap, THRESHOLDS["replayGapMessages"], pod="west-0")
+                        ),
+                    )
+                    alone = await recorder.wait_scrapes(2)
 
             # West's NATS is down: both west replicas stay up, disconnected.
             await cluster.stop_region("west")
@@ -421,6 +498,11 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
             Expect(alone, "RsubOriginSilent", {"pod": "west-0", "origin": "east"}),
             Expect(alone, "RsubSnapshotsStalled", {"pod": "west-0"}),
             Expect(alone, "RsubSnapshotsTimingOut", {"pod": "west-0"}),
+            Expect(
+                alone,
+                "RsubReplayGapHigh",
+                {"pod": "west-0", "subscription": DURABLE, "region": "east"},
+            ),
             # The follower reads the same markers: the origin is silent there too.
             Expect(alone, "RsubOriginSilent", {"pod": "west-1", "origin": "east"}),
             *(Expect(nats_down, "RsubNatsDown", labels) for labels in replicas),
