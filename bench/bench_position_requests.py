@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import nats
-import structlog
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import durable_config
+from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
 from sidecar.nats import jsapi
 from sidecar.nats.topology import apply_topology
@@ -153,8 +153,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--concurrency", default="1,50")
     args = parser.parse_args()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    logging.basicConfig(level=logging.ERROR)
+    configure_logging("console", "error", stream=sys.stderr)  # figures alone on stdout
     concurrency = [int(c) for c in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-requests-") as tmp:
         asyncio.run(run(args.streams, args.seconds, concurrency, Path(tmp)))

@@ -14,20 +14,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
-import structlog
 from nats.aio.client import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings
+from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
 
@@ -130,8 +130,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    logging.basicConfig(level=logging.ERROR)
+    configure_logging("console", "error", stream=sys.stderr)  # figures alone on stdout
     with tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp:
         asyncio.run(run(args.seconds, args.rounds, Path(tmp)))
 

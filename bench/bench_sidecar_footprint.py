@@ -43,8 +43,8 @@ import asyncio
 import contextlib
 import itertools
 import json
-import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
@@ -54,13 +54,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
-import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings, wait_until
+from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
 
@@ -470,8 +470,7 @@ def main() -> None:
         "--sweep-intervals", type=int, default=None, help="snapshot.sweep_intervals (not baseline)"
     )
     args = Options(**vars(parser.parse_args()))
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    logging.basicConfig(level=logging.ERROR)
+    configure_logging("console", "error", stream=sys.stderr)  # figures alone on stdout
     with tempfile.TemporaryDirectory(prefix="bench-footprint-") as tmp:
         asyncio.run(run(args, Path(tmp)))
 

@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import logging
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import nats
-import structlog
 from nats.aio.client import Client
 
 from rsub_dev.cluster import LocalSuperCluster
@@ -39,6 +38,7 @@ from rsub_dev.sidecars import (
     snapshot_latencies_ms,
     wait_until,
 )
+from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
 from sidecar.protocol import Marker, Request, Response, Snapshot, Update, decode
 
@@ -165,8 +165,7 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=200)
     parser.add_argument("--trace", action="store_true", help="trace the slowest snapshots")
     args = parser.parse_args()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    logging.basicConfig(level=logging.ERROR)
+    configure_logging("console", "error", stream=sys.stderr)  # figures alone on stdout
     delays = [int(d) for d in args.delays_ms.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
         asyncio.run(run(delays, args.seconds, args.interval_ms, Path(tmp), args.trace))

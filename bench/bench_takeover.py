@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import structlog
-
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, SidecarProcess, sidecar_settings, wait_until
+from sidecar.logs import configure_logging
 from sidecar.runtime import Runtime
 
 REGIONS = ("west", "east")
@@ -104,8 +103,7 @@ def main() -> None:
     parser.add_argument("--ttl-s", default="3,10")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    logging.basicConfig(level=logging.ERROR)
+    configure_logging("console", "error", stream=sys.stderr)  # figures alone on stdout
     ttls = [float(t) for t in args.ttl_s.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-takeover-") as tmp:
         asyncio.run(run(args.streams, ttls, args.runs, Path(tmp)))
