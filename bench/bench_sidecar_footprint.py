@@ -16,9 +16,9 @@ a CPU (/proc/<pid>/schedstat: is the machine the limit?), and its origin index
 (`rsub_origin_index_bytes` summed over the streams) against the data messages west's read
 streams hold. First idle (no new data: no snapshot starts), then with one message per
 stream per second published in west (every stream snapshots every second). The idle window
-starts once every stream completed its first snapshot (the warm-up's data) and none
-completed for 5 s: a first attempt that started before east's sidecar was up times out and
-is retried, which an idle window must not count.
+starts once no snapshot attempt is in flight and none started for 5 s: a first attempt that
+started before east's sidecar was up times out (30 s) and is retried, which an idle window
+must not count.
 
 With `--replicas 1,3` each setting also runs, in turn, with that many replicas of west's
 sidecar sharing its streams (`lease.shards`): the CPU figures are their sum (each
@@ -77,6 +77,7 @@ IN_FLIGHT = 200
 READY_TIMEOUT_S = 600.0
 _TICKS = os.sysconf("SC_CLK_TCK")
 _SETTINGS = {"on": True, "off": False}
+_ENDED = ("rsub_snapshots_completed_total", "rsub_snapshots_timed_out_total")
 
 T = TypeVar("T")
 
@@ -240,20 +241,27 @@ async def window(
     )
 
 
-async def settled(procs: Sequence[SidecarProcess], streams: int, quiet_s: float = 5.0) -> None:
-    """Wait until `procs` completed a snapshot of each of the `streams` (their data is
-    covered) and then none for `quiet_s`: the idle window then measures idle sidecars."""
+async def settled(procs: Sequence[SidecarProcess], quiet_s: float = 5.0) -> None:
+    """Wait until no snapshot attempt of `procs` is in flight (each started one completed or
+    timed out) and none started for `quiet_s`: the idle window then measures idle sidecars."""
     last, since = -1.0, time.monotonic()
 
     async def quiet() -> bool:
         nonlocal last, since
-        done = await completed(procs)
-        if done != last:
-            last, since = done, time.monotonic()
-        return done >= streams and time.monotonic() - since >= quiet_s
+        started = ended = 0.0
+        for proc in procs:
+            for family in text_string_to_metric_families(await proc.metrics_text()):
+                for sample in family.samples:
+                    if sample.name == "rsub_snapshots_started_total":
+                        started += sample.value
+                    elif sample.name in _ENDED:
+                        ended += sample.value
+        if started != last:
+            last, since = started, time.monotonic()
+        return started == ended and time.monotonic() - since >= quiet_s
 
     await wait_until(
-        quiet, f"a snapshot of every stream, then none for {quiet_s} s", READY_TIMEOUT_S, poll_s=1
+        quiet, f"no snapshot in flight nor started for {quiet_s} s", READY_TIMEOUT_S, poll_s=1
     )
 
 
@@ -426,7 +434,7 @@ async def run(args: Options, directory: Path) -> None:
                     ):
                         label = f"{code}, {setting}" + (f", x{replicas}" if replicas > 1 else "")
                         print(started_line(label, wests[0], start), flush=True)
-                        await settled(wests, len(streams))
+                        await settled(wests)
                         await window(wests, js, streams, args.seconds, f"{label}, idle", servers)
                         load = publish_each_stream(conns["west"], streams)
                         await window(
