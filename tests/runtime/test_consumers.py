@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import Mapping
@@ -139,6 +140,35 @@ async def test_move_forward_resets_only_forward_and_clamps_to_the_end(
     await publish(js, stream, data=1)
     [msg] = await sub.fetch(1, timeout=2)
     assert msg.metadata.sequence.stream == 11
+
+
+async def test_a_consumer_in_use_is_not_reset_over_markers_alone(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    """Chaos seed 508 (docs/reliability.md): the update east's own consumption echoed back
+    from west named the markers after the last message east's application had acked, and
+    the reset over them left every later ack of that application unanswered. Between a
+    consumer and such a position lies nothing it delivers: it is left alone, its delivery
+    sequence goes on, and a move over data still happens."""
+    await publish(js, stream, data=5, markers=3)  # seqs 1-5 data, 6-8 markers
+    sub = await durable(js, stream, "d")
+    await consume(sub, 5)
+    waiting = asyncio.create_task(sub.fetch(1, timeout=5))  # the application, waiting
+    await asyncio.sleep(0.2)
+
+    outcome = await move_forward(nc, stream, "d", 8)
+
+    assert not outcome.moved and outcome.ack_floor_after == 5
+    await publish(js, stream, data=1)  # seq 9
+    [msg] = await waiting
+    assert (msg.metadata.sequence.stream, msg.metadata.sequence.consumer) == (9, 6)
+    await msg.ack_sync(timeout=2)
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=5)
+    assert info["ack_floor"]["stream_seq"] == 9 and info["ack_floor"]["consumer_seq"] == 6
+
+    await publish(js, stream, data=2, markers=1)  # seqs 10-11 data, 12 a marker
+    over_data = await move_forward(nc, stream, "d", 12)
+    assert over_data.moved and over_data.ack_floor_after == 12
 
 
 @pytest.mark.parametrize("after_info", [1, 2])
