@@ -316,10 +316,11 @@ async def create_consumer(
     position: int,
     *,
     timeout_s: float = _DEFAULT_TIMEOUT_S,
-) -> bool:
-    """Create `durable` on `stream` starting at `position + 1` (clamped) if it is absent.
+) -> int | None:
+    """Create `durable` on `stream` starting at `position + 1` (clamped) if it is absent;
+    returns its ack floor then (the start - 1).
 
-    Returns False, changing nothing, when a consumer of that name already exists.
+    Returns None, changing nothing, when a consumer of that name already exists.
     """
     start = await _clamped_start(nc, stream, position, timeout_s)
     config = replica_config(origin_config, durable, start)
@@ -332,10 +333,10 @@ async def create_consumer(
         )
     except APIError as err:
         if err.err_code == _CONSUMER_ALREADY_EXISTS:
-            return False
+            return None
         raise
     log.info("subscription_created", stream=stream, subscription=durable, start_seq=start)
-    return True
+    return start - 1
 
 
 async def set_replicated(

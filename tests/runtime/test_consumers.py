@@ -261,7 +261,7 @@ async def test_create_consumer_copies_the_origin_config_and_starts_after_the_pos
     await durable(js, stream, "origin", max_ack_pending=17, description="from west")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
 
-    assert await create_consumer(nc, stream, "copy", origin["config"], 4)
+    assert await create_consumer(nc, stream, "copy", origin["config"], 4) == 4
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
     config = info["config"]
     assert config["durable_name"] == "copy"
@@ -282,7 +282,7 @@ async def test_create_consumer_never_replaces_an_existing_one(
     await publish(js, stream, data=6)
     await durable(js, stream, "d")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
-    assert not await create_consumer(nc, stream, "d", origin["config"], 4)
+    assert await create_consumer(nc, stream, "d", origin["config"], 4) is None
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
     assert info["config"]["deliver_policy"] == "all"
 
@@ -293,9 +293,10 @@ async def test_create_consumer_clamps_the_start_to_the_stream_end(
     await publish(js, stream, data=3)
     await durable(js, stream, "origin")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
-    assert await create_consumer(nc, stream, "copy", origin["config"], 50)
+    # Clamped to the stream's end (3): it starts at 4, its ack floor is 3.
+    floor = await create_consumer(nc, stream, "copy", origin["config"], 50)
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
-    assert info["config"]["opt_start_seq"] == 4
+    assert info["config"]["opt_start_seq"] == 4 and floor == 3
 
 
 async def test_set_replicated_toggles_the_metadata_and_keeps_the_rest(
