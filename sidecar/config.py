@@ -309,6 +309,9 @@ class LeaseConfig:
     # Streams are split into this many shards, each with its own lease: the unit of work
     # the replicas of a region share (sidecar/nats/shards.py). Same value on every replica.
     shards: int = field(default=32, metadata=_meta(_positive))
+    # Replicas of the region's KV bucket (leases, members, cursors: `open_regional_kv`).
+    # None: as many as the region's cluster can place, up to 3.
+    replicas: int | None = field(default=None, metadata=_meta(_replicas))
 
 
 @dataclass(frozen=True)

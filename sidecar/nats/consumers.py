@@ -9,7 +9,8 @@
   deliver policy other than `all` / `by_start_sequence` are skipped and logged once.
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
   the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+), holding the consumer
-  paused (`CONSUMER.PAUSE`) between its last check and the reset.
+  paused (`CONSUMER.PAUSE`) between its last check and the reset; never when only messages
+  it does not deliver (markers, other subjects) lie between it and `p`.
 - `set_replicated()` sets or clears the `rsub.replicate` metadata of a durable.
 - `create_consumer()` creates a missing durable from another region's configuration,
   starting at `p + 1`; it never replaces an existing one.
@@ -175,11 +176,28 @@ async def move_forward(
 
     A consumer that already delivered up to `position` is left alone: its own acks get it
     there, and a reset would rewind its delivery (redelivering, acks in flight unanswered).
+    So is one with none of its data up to `position`, only markers or other subjects: a reset
+    would skip nothing it delivers, and a reset is not free for a consumer in use. The update
+    a region's own consumption echoes back from another region lands there (on the markers
+    after its last message); in chaos seed 508 such a reset of the consumer the application
+    was using left every later ack unanswered (docs/reliability.md, Findings).
     Raises `nats.js.errors.NotFoundError` when the durable does not exist.
     """
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
     start = await _clamped_start(nc, stream, position, timeout_s)
     if not _behind(info, start):
+        return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
+    # The messages between the consumer and `start` stay as they are (a stream only grows at
+    # its end, past `start - 1`), so this holds under the pause below too.
+    first = await _first_delivered_from(nc, stream, info, _reached(info) + 1, timeout_s)
+    if first is None or first >= start:
+        log.debug(
+            "subscription_move_skipped",
+            stream=stream,
+            subscription=durable,
+            requested=position,
+            reason="none of its messages before the position",
+        )
         return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
     # Safety: the check above and the reset are two requests; a client fetching between them
     # would get messages past `start - 1` that the reset then rewinds (delivered again, their
@@ -217,10 +235,32 @@ def _ack_floor(info: Mapping[str, Any]) -> int:
     return int((info.get("ack_floor") or {}).get("stream_seq", 0))
 
 
+def _reached(info: Mapping[str, Any]) -> int:
+    """The stream sequence up to which the consumer has acked or delivered."""
+    delivered = int((info.get("delivered") or {}).get("stream_seq", 0))
+    return max(_ack_floor(info), delivered)
+
+
 def _behind(info: Mapping[str, Any], start: int) -> bool:
     """Whether the consumer has neither acked nor delivered up to `start - 1`."""
-    delivered = int((info.get("delivered") or {}).get("stream_seq", 0))
-    return start - 1 > max(_ack_floor(info), delivered)
+    return start - 1 > _reached(info)
+
+
+async def _first_delivered_from(
+    nc: Client, stream: str, info: Mapping[str, Any], seq: int, timeout_s: float
+) -> int | None:
+    """The first sequence at or after `seq` of a message the consumer delivers (one that
+    matches its filters), or None when there is none."""
+    config = info.get("config") or {}
+    single = config.get("filter_subject")
+    filters = config.get("filter_subjects") or ([single] if single else [">"])
+    found = [
+        int(msg["seq"])
+        for subject in filters
+        if (msg := await jsapi.msg_get(nc, stream, seq, next_by_subj=subject, timeout_s=timeout_s))
+        is not None
+    ]
+    return min(found, default=None)
 
 
 async def _pause(nc: Client, stream: str, durable: str) -> bool:
@@ -276,10 +316,11 @@ async def create_consumer(
     position: int,
     *,
     timeout_s: float = _DEFAULT_TIMEOUT_S,
-) -> bool:
-    """Create `durable` on `stream` starting at `position + 1` (clamped) if it is absent.
+) -> int | None:
+    """Create `durable` on `stream` starting at `position + 1` (clamped) if it is absent;
+    returns its ack floor then (the start - 1).
 
-    Returns False, changing nothing, when a consumer of that name already exists.
+    Returns None, changing nothing, when a consumer of that name already exists.
     """
     start = await _clamped_start(nc, stream, position, timeout_s)
     config = replica_config(origin_config, durable, start)
@@ -292,10 +333,10 @@ async def create_consumer(
         )
     except APIError as err:
         if err.err_code == _CONSUMER_ALREADY_EXISTS:
-            return False
+            return None
         raise
     log.info("subscription_created", stream=stream, subscription=durable, start_seq=start)
-    return True
+    return start - 1
 
 
 async def set_replicated(

@@ -3,26 +3,37 @@
 `js.create_key_value(placement=...)` ignores the placement (DESIGN §8), so the bucket's
 backing stream `KV_<bucket>` is created here with the KV layout and the placement, and then
 bound with `js.key_value(bucket)`.
+
+The bucket keeps a region's leases and cursors: with one replica, losing the one server that
+holds it stops leadership and `CommitCursor` in the region (docs/reliability.md, seed 7). It
+is therefore replicated: `replicas` when given, else as many as the cluster can place up to
+`DEFAULT_REPLICAS`. A bucket found with fewer replicas is raised (a stream update can add
+replicas); one that cannot be raised is used as it is, with a warning.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import structlog
 from nats.js import JetStreamContext, api
-from nats.js.errors import BadRequestError
+from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
 log = structlog.get_logger(__name__)
 
+# Replicas of a bucket when none are configured, fewer when the cluster has fewer servers.
+DEFAULT_REPLICAS = 3
 # The server rejects re-creating a stream with a different configuration with this code.
 _STREAM_NAME_IN_USE = 10058
+# The server cannot place that many replicas: "insufficient resources" (fewer servers in
+# the cluster) and "replicas > 1 not supported in non-clustered mode" (a stand-alone server).
+_CANNOT_PLACE = frozenset({10005, 10074})
 
 
-async def open_regional_kv(
-    js: JetStreamContext, bucket: str, cluster: str, *, replicas: int = 1
-) -> KeyValue:
-    """Create (if absent) and bind the KV bucket `bucket`, placed in cluster `cluster`."""
-    config = api.StreamConfig(
+def kv_stream_config(bucket: str, cluster: str, replicas: int) -> api.StreamConfig:
+    """The backing stream of KV bucket `bucket`, placed in cluster `cluster`."""
+    return api.StreamConfig(
         name=f"KV_{bucket}",
         subjects=[f"$KV.{bucket}.>"],
         allow_rollup_hdrs=True,
@@ -37,11 +48,75 @@ async def open_regional_kv(
         storage=api.StorageType.FILE,
         placement=api.Placement(cluster=cluster),
     )
+
+
+async def open_regional_kv(
+    js: JetStreamContext, bucket: str, cluster: str, *, replicas: int | None = None
+) -> KeyValue:
+    """Create (if absent) and bind the KV bucket `bucket`, placed in cluster `cluster`, with
+    `replicas` replicas (None: as many as the cluster can place, up to `DEFAULT_REPLICAS`)."""
+    wanted = [replicas] if replicas is not None else list(range(DEFAULT_REPLICAS, 0, -1))
     try:
-        await js.add_stream(config)
-    except BadRequestError as err:
-        if err.err_code != _STREAM_NAME_IN_USE:
-            raise
-        # The bucket exists with another configuration: use it as it is, say so.
-        log.warning("kv_bucket_config_differs", bucket=bucket, cluster=cluster)
+        info = await js.stream_info(f"KV_{bucket}")
+    except NotFoundError:
+        await _create(js, bucket, cluster, wanted)
+    else:
+        await _raise_replicas(js, bucket, info.config, wanted)
     return await js.key_value(bucket)
+
+
+async def _create(js: JetStreamContext, bucket: str, cluster: str, wanted: list[int]) -> None:
+    for count in wanted:
+        try:
+            await js.add_stream(kv_stream_config(bucket, cluster, count))
+        except APIError as err:
+            if err.err_code == _STREAM_NAME_IN_USE:
+                # Created meanwhile (another replica) with another configuration: use it.
+                log.warning("kv_bucket_config_differs", bucket=bucket, cluster=cluster)
+                return
+            if err.err_code not in _CANNOT_PLACE or count == wanted[-1]:
+                log.error(
+                    "kv_bucket_not_created",
+                    bucket=bucket,
+                    cluster=cluster,
+                    replicas=count,
+                    error=err.description,
+                )
+                raise
+            continue
+        if count < wanted[0]:
+            log.warning(
+                "kv_bucket_replicas_reduced",
+                bucket=bucket,
+                cluster=cluster,
+                replicas=count,
+                wanted=wanted[0],
+                reason="the cluster cannot place more",
+            )
+        return
+
+
+async def _raise_replicas(
+    js: JetStreamContext, bucket: str, config: api.StreamConfig, wanted: list[int]
+) -> None:
+    """Raise an existing bucket's replicas to the first count of `wanted` the cluster can
+    place; never lowers them. A bucket that cannot be raised is used as it is, said loudly."""
+    current = config.num_replicas or 1
+    error = ""
+    for count in (c for c in wanted if c > current):
+        try:
+            await js.update_stream(dataclasses.replace(config, num_replicas=count))
+        except APIError as err:
+            error = err.description or repr(err)
+            continue
+        log.info("kv_bucket_replicas_raised", bucket=bucket, replicas=count, before=current)
+        return
+    if wanted[0] > current:
+        log.warning(
+            "kv_bucket_replicas_low",
+            bucket=bucket,
+            replicas=current,
+            wanted=wanted[0],
+            error=error,
+            consequence="losing the server that holds it stops leadership and cursors here",
+        )

@@ -24,6 +24,13 @@ Inputs
                                        message follows it).
     subscriptions_changed({sub: SubscriptionInfo(kind, replicated, config)})
                                        the full set of local subscriptions of the stream.
+    action_done(action, mark_delete)   a move or creation it asked for was carried out; the
+                                       subscription's position as read back after it.
+    action_failed(action)              one was not (failed, or dropped: not the leader). The
+                                       machine reports a position (`subscription().mark_delete`)
+                                       only as read or as an action reported done left it, has
+                                       one action per subscription in flight at most, and asks
+                                       again for a failed one at the next positions read.
     became_leader(epoch) / became_follower()
                                        only a leader publishes markers and moves subscriptions;
                                        `epoch` must be fresh per leadership term (lease revision)
@@ -39,6 +46,7 @@ Outputs (frozen dataclasses)
               MoveConsumer(sub, ack_floor) -> consumer reset to seq ack_floor+1 (clamp)
               MoveCursor(sub, ack_floor)   -> stored external cursor
               CreateConsumer / CreateCursor(sub, config, ack_floor) -> create if absent
+              (the last four are `SubscriptionAction`s: report each one's outcome)
     events:   SnapshotStarted, SnapshotCompleted(snapshot, duration_ms), SnapshotTimedOut,
               UpdateSent, UpdateApplied, MarkerIgnored(reason), MarkerRejected, LeadershipLost
 
@@ -75,6 +83,7 @@ from sidecar.protocol.machine import (
     SnapshotStarted,
     SnapshotTimedOut,
     StreamMachine,
+    SubscriptionAction,
     SubscriptionInfo,
     UpdateApplied,
     UpdateSent,
@@ -128,6 +137,7 @@ __all__ = [
     "SnapshotStarted",
     "SnapshotTimedOut",
     "StreamMachine",
+    "SubscriptionAction",
     "SubscriptionInfo",
     "SubscriptionKind",
     "Update",

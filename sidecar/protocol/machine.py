@@ -183,9 +183,10 @@ class LeadershipLost:
     newer_epoch: int
 
 
-Action = (
-    PublishReplicated | PublishLocal | MoveConsumer | MoveCursor | CreateConsumer | CreateCursor
-)
+SubscriptionAction = MoveConsumer | MoveCursor | CreateConsumer | CreateCursor
+"""The actions that move or create a subscription: the runtime reports each one's outcome
+(`StreamMachine.action_done` / `action_failed`)."""
+Action = PublishReplicated | PublishLocal | SubscriptionAction
 Event = (
     SnapshotStarted
     | SnapshotCompleted
@@ -271,8 +272,9 @@ class _Attempt:
 class _Sub:
     info: SubscriptionInfo
     cache: SnapshotCache[Snapshot]
-    exists: bool = True
-    mark_delete: int | None = None
+    exists: bool = True  # as listed, or created by an action reported done
+    mark_delete: int | None = None  # as read, or as a move or creation reported done left it
+    moving: bool = False  # a move or creation asked for, its outcome not reported yet
     last_sent: Update | None = None  # the query's `SentUpdate` is built from it when asked
     sent_ms: int = 0
     target: int | None = None  # position an applied update asks for, not yet carried out
@@ -380,8 +382,34 @@ class StreamMachine:
         self._trim_index()
         return out
 
+    def action_done(self, action: SubscriptionAction, mark_delete: int) -> list[Output]:
+        """The runtime carried out a move or creation this machine asked for; `mark_delete`
+        is the subscription's position as the runtime read it back (below `ack_floor` when
+        the runtime left a consumer alone that had delivered up to it already)."""
+        sub = self._subs.get(action.subscription)
+        if sub is None:
+            return []
+        sub.moving = False
+        sub.exists = True
+        if sub.mark_delete is None or mark_delete > sub.mark_delete:
+            sub.mark_delete = mark_delete
+        if sub.target is not None and sub.target <= action.ack_floor:
+            sub.target = None
+        return []
+
+    def action_failed(self, action: SubscriptionAction) -> list[Output]:
+        """A move or creation this machine asked for was not carried out (failed, or dropped
+        by a replica that no longer leads): it is asked for again at the next positions read
+        (or leadership), the position reported stays where it was."""
+        sub = self._subs.get(action.subscription)
+        if sub is not None:
+            sub.moving = False
+        return []
+
     def subscriptions_changed(self, subscriptions: Mapping[str, SubscriptionInfo]) -> list[Output]:
-        """The full set of local subscriptions of this stream."""
+        """The full set of local subscriptions of this stream. One known only from updates
+        (not created yet: its creation failed or was not asked for yet) is kept, and its
+        creation asked for again."""
         for name in [n for n, s in self._subs.items() if s.exists and n not in subscriptions]:
             del self._subs[name]
         out: list[Output] = []
@@ -398,6 +426,9 @@ class StreamMachine:
                 sub.info = info
                 sub.exists = True
             self._reconcile(name, sub, out)
+        for name, sub in self._subs.items():
+            if name not in subscriptions:  # absent here: create it (retried at every read)
+                self._reconcile(name, sub, out)
         return out
 
     def became_leader(self, epoch: int) -> list[Output]:
@@ -421,6 +452,7 @@ class StreamMachine:
         self._next_start_ms = self._now
         out: list[Output] = []
         for name, sub in self._subs.items():
+            sub.moving = False  # an action of an earlier term that was never reported
             self._reconcile(name, sub, out)
             self._maybe_send_update(name, sub, out)
         return out
@@ -568,6 +600,11 @@ class StreamMachine:
                     return
                 lowest = min(lowest, sub.mark_delete)
         self._index.trim(lowest)
+
+    def _asked(self, sub: _Sub, action: SubscriptionAction) -> None:
+        """A move or creation was just asked for: in flight until its outcome is reported.
+        Neither the position nor the existence changes before (`action_done`)."""
+        sub.moving = True
 
     def _own_request_seen(self, attempt: _Attempt, round_: int, read_seq: int) -> None:
         attempt.local_max = max(attempt.local_max, read_seq)
@@ -737,6 +774,8 @@ class StreamMachine:
         if sub is None:
             info = SubscriptionInfo(body.kind, True, body.config)
             sub = self._subs[name] = _Sub(info, SnapshotCache(self.config.cache_size), False)
+        elif not sub.exists:  # to be created: with the newest configuration
+            sub.info = SubscriptionInfo(body.kind, True, body.config)
         if position is not None and sid is not None:
             applied[origin] = (sid, position, self._now)
             if sub.target is None or position > sub.target:
@@ -754,8 +793,11 @@ class StreamMachine:
     def _reconcile(self, name: str, sub: _Sub, out: list[Output], *, progress: bool = True) -> None:
         """Carry out applied updates: create if absent, move forward only, to the further of
         the snapshot's position and the position the progress vector covers (`progress=False`:
-        the snapshot's only; the vector's waits for the next positions read)."""
-        if not self._leader:
+        the snapshot's only; the vector's waits for the next positions read). One action at a
+        time per subscription: none while the outcome of the last one is not reported. The
+        target is kept until an action reaching it is reported done (or a read shows the
+        subscription there), so a failed one is asked for again."""
+        if not self._leader or sub.moving:
             return
         target = sub.target
         if progress and sub.progress and (not sub.exists or sub.mark_delete is not None):
@@ -766,17 +808,19 @@ class StreamMachine:
         if target is None:
             return
         external = sub.info.kind is SubscriptionKind.EXTERNAL
+        action: SubscriptionAction
         if not sub.exists:
             create = CreateCursor if external else CreateConsumer
-            out.append(create(name, sub.info.config, target))
-            sub.exists = True
-            sub.mark_delete = target
+            action = create(name, sub.info.config, target)
         elif sub.mark_delete is None:
             return
         elif sub.mark_delete < target:
-            out.append((MoveCursor if external else MoveConsumer)(name, target))
-            sub.mark_delete = target
-        sub.target = None
+            action = (MoveCursor if external else MoveConsumer)(name, target)
+        else:
+            sub.target = None  # already there
+            return
+        out.append(action)
+        self._asked(sub, action)
 
     # ---- helpers --------------------------------------------------------------------------
 

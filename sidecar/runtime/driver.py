@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import itertools
 from array import array
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -49,15 +50,12 @@ from sidecar.nats.marker_log import StoredMarker, replay_markers, tail_markers
 from sidecar.nats.origin_log import replay_origins, tail_origins
 from sidecar.protocol import (
     Action,
-    CreateConsumer,
-    CreateCursor,
     MachineConfig,
     Marker,
-    MoveConsumer,
-    MoveCursor,
     Output,
     Rejected,
     StreamMachine,
+    SubscriptionAction,
     Update,
     check_writer,
     decode,
@@ -82,8 +80,6 @@ _PHASES = 10
 # A leader's machine quiet (no input, no output, no attempt) for this many interval ticks
 # in a row is not ticked again until its next input (`StreamDriver.interval`).
 _QUIET_TICKS = 2
-# Actions after which the stream's positions are read again (they moved them).
-_MOVES = (MoveConsumer, CreateConsumer, MoveCursor, CreateCursor)
 # Tailed data origins go to the machine as one job per this many, or per this wait.
 _INDEX_BATCH = 1000
 _INDEX_WAIT_S = 0.1
@@ -230,22 +226,41 @@ class StreamDriver:
         machine = self.machine
         while not self._stopping:
             job = await self._jobs.get()
+            outputs: deque[Output] = deque()
             try:
-                for output in job.apply(machine):
-                    if isinstance(output, Action):
-                        await self._effects.carry_out(machine, output)
-                        if isinstance(output, _MOVES):
-                            self._signalled = True
-                    else:
-                        self.observer.event(output)
+                outputs.extend(job.apply(machine))
+                while outputs:
+                    await self._carry_out(machine, outputs.popleft(), outputs)
             except Exception:
                 log.exception("stream_job_failed", stream=self.vs.name)
+                for output in outputs:  # never carried out: the machine asks for them again
+                    if isinstance(output, SubscriptionAction):
+                        machine.action_failed(output)
             finally:
                 if job.done is not None and not job.done.done():
                     job.done.set_result(None)
             self._steps += 1
             async with self.changed:
                 self.changed.notify_all()
+
+    async def _carry_out(
+        self, machine: StreamMachine, output: Output, outputs: deque[Output]
+    ) -> None:
+        """One output of a job: an action to `Effects`, an event to the observer. The
+        outcome of a move or creation goes back to the machine at once (before the next
+        output and the next job), and whatever that input returns joins the job's outputs."""
+        if not isinstance(output, Action):
+            self.observer.event(output)
+            return
+        mark_delete = await self._effects.carry_out(machine, output)
+        if isinstance(output, SubscriptionAction):
+            # Done, it may have moved positions; failed, the machine asks for it again at
+            # the next read: either way, read them at the next interval.
+            self._signalled = True
+            if mark_delete is None:
+                outputs.extend(machine.action_failed(output))
+            else:
+                outputs.extend(machine.action_done(output, mark_delete))
 
     async def tail(self) -> None:
         """Follow the read stream's markers live, from where the replay ended."""

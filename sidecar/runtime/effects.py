@@ -2,7 +2,10 @@
 
 The machine decides; this module only does what an action says, in the order the machine
 returned the actions, and only while this replica leads with the machine's epoch. A failed
-action is logged (`action_failed`) and the driver goes on with the next output.
+action is logged (`action_failed`) and the driver goes on with the next output; for a move
+or creation the driver tells the machine the outcome (`Effects.carry_out` returns where the
+subscription stands after it, or None), so that it reports a position only once the durable
+or cursor has it, and asks again for one that failed or was dropped.
 """
 
 from __future__ import annotations
@@ -57,47 +60,61 @@ class Effects:
         """
         return self._handles.leads_with(self._vs.name, machine.epoch)
 
-    async def carry_out(self, machine: StreamMachine, action: Action) -> None:
+    async def carry_out(self, machine: StreamMachine, action: Action) -> int | None:
+        """Carry `action` out. For a move or creation done: the subscription's mark-delete
+        after it, as read back (the ack floor, or the cursor's position). None after a
+        publish, and for an action dropped (not the leader with the machine's epoch) or failed:
+        logged, never raised, so the driver can report every outcome to the machine."""
         name = self._vs.name
         if not self.leads_with(machine):
             log.info("action_dropped_not_leader", stream=name, action=repr(action))
-            return
+            return None
         try:
-            await self._act(action)
+            return await self._act(action)
         except _FAILED as err:
             log.warning("action_failed", stream=name, action=repr(action), error=repr(err))
+        except Exception:  # a bug here must not leave the machine waiting for an outcome
+            log.exception("action_crashed", stream=name, action=repr(action))
+        return None
 
-    async def _act(self, action: Action) -> None:
+    async def _act(self, action: Action) -> int | None:
         vs, conn, region = self._vs, self._handles.conn, self._handles.region
         read_stream = vs.read_stream(region)
         match action:
             case PublishReplicated(marker=marker):
                 # To the write stream, which every read stream sources.
                 await self._publish(vs.write_stream(region), vs.marker_subject(region), marker)
+                return None
             case PublishLocal(marker=marker):
                 # A completed snapshot is a fact about this region's read stream only: it
                 # goes there directly and is never replicated.
                 await self._publish(read_stream, vs.snapshot_subject(region), marker)
+                return None
             case MoveConsumer(subscription=sub, ack_floor=ack_floor):
                 # Forward only: `move_forward` re-reads the consumer and resets it only when
                 # it has not delivered up to `ack_floor` yet; it never rewinds a consumer.
+                # Left alone, its ack floor (read then) is what it stands at.
                 try:
-                    await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
+                    moved = await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
                 except NotFoundError:
                     log.warning("subscription_gone", stream=vs.name, subscription=sub)
+                    return None
+                return moved.ack_floor_after
             case CreateConsumer(subscription=sub, config=raw, ack_floor=ack_floor):
                 origin = _consumer_config(raw)
                 if origin is None:
                     log.error("update_config_unreadable", stream=vs.name, subscription=sub)
-                    return
+                    return None
                 # A consumer of that name that exists already (made by hand, or by an
                 # earlier leader) is only ever moved forward, never re-created.
                 created = await consumers.create_consumer(
                     conn.nc, read_stream, sub, origin, ack_floor
                 )
                 self._subscriptions.created += 1
-                if not created:
-                    await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
+                if created is not None:
+                    return created
+                moved = await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
+                return moved.ack_floor_after
             case (
                 MoveCursor(subscription=sub, ack_floor=ack_floor)
                 | CreateCursor(subscription=sub, ack_floor=ack_floor)
@@ -105,7 +122,7 @@ class Effects:
                 # `advance` creates an absent cursor and never moves one backwards.
                 value = await self._handles.cursors().advance(vs.name, sub, ack_floor)
                 self._subscriptions.created += 1
-                self._subscriptions.cursor_stored(sub, value)
+                return self._subscriptions.cursor_stored(sub, value)
             case _:
                 assert_never(action)
 

@@ -242,7 +242,12 @@ class Runtime(RuntimeBackend):
         bucket = f"{self.config.lease.bucket}-{self.region}"
         kv = await self._retry(
             f"kv bucket {bucket}",
-            lambda: open_regional_kv(conn.js, bucket, self.config.cluster_for(self.region)),
+            lambda: open_regional_kv(
+                conn.js,
+                bucket,
+                self.config.cluster_for(self.region),
+                replicas=self.config.lease.replicas,
+            ),
         )
         # The same bucket keeps the leases (`leader`, `shards.<i>`), the members
         # (`members.<holder>`) and the cursors (`cursors.<V>`).

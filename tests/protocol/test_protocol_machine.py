@@ -207,6 +207,7 @@ def test_update_applied_forward_only_and_create_if_absent() -> None:
     out = b.marker_seen(31, update)
     assert only(out, UpdateApplied)
     assert only(out, MoveConsumer) == [MoveConsumer("d", 20)]
+    assert b.action_done(MoveConsumer("d", 20), 20) == []  # test_protocol_actions.py
     assert b.subscription("d").mark_delete == 20  # type: ignore[union-attr]
     assert ignored(b.marker_seen(32, update)) == [IgnoreReason.DUPLICATE]
     # A consumer already past the position is not moved back.

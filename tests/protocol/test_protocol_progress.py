@@ -128,6 +128,7 @@ def test_the_further_of_the_snapshot_and_the_vector_wins() -> None:
     snapshot_only_far = Update("d", SUBS["d"].kind, sid, 4, {"b": 4, "c": 4}, b"cfg-d", {"a": 1}, 1)
     out = b.marker_seen(7, Marker("a", STREAM, 1, snapshot_only_far))
     assert [o for o in out if isinstance(o, MoveConsumer)] == [MoveConsumer("d", 4)]
+    b.action_done(MoveConsumer("d", 4), 4)
     sid2 = SnapshotId("a", 1, 2)
     vector_far = Update(
         "d", SUBS["d"].kind, sid2, 5, {"b": 2, "c": 2}, b"cfg-d", {"a": 3, "b": 2, "c": 1}, 6

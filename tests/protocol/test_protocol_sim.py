@@ -13,8 +13,14 @@ from hypothesis import strategies as st
 
 from rsub_dev.sim import MachineFactory, SimParams, SimResult, World, run
 from rsub_dev.sim.world import Data, _SimConsumer
-from sidecar.protocol import Output, StreamMachine
-from sidecar.protocol.machine import _Attempt
+from sidecar.protocol import (
+    CreateConsumer,
+    CreateCursor,
+    Output,
+    StreamMachine,
+    SubscriptionAction,
+)
+from sidecar.protocol.machine import _Attempt, _Sub
 from sidecar.protocol.markers import MAX_POSITION
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 
@@ -62,6 +68,8 @@ def test_many_seeded_safety_runs() -> None:
         "passed_removed_here",
         "resets",
         "replayed",
+        "actions_failed",
+        "retries",
     ):
         assert totals[key] > 0, (key, totals)
 
@@ -202,6 +210,25 @@ class TrimsUnrecorded(StreamMachine):
                 runs.drop(n)
 
 
+class ReportsMoveWhenAsked(StreamMachine):
+    """The position reported moves when a move is asked for, not once it is done (seeds 7
+    and 524 of the chaos campaign: `GetSubscription` answered a target the durable lacked)."""
+
+    def _asked(self, sub: _Sub, action: SubscriptionAction) -> None:
+        super()._asked(sub, action)
+        sub.mark_delete = action.ack_floor
+
+
+class CreatedWhenAsked(StreamMachine):
+    """A creation counts as done when asked for (seed 18): one that failed is never asked for
+    again, and the next listing without the subscription forgets it."""
+
+    def _asked(self, sub: _Sub, action: SubscriptionAction) -> None:
+        super()._asked(sub, action)
+        if isinstance(action, CreateConsumer | CreateCursor):
+            sub.exists = True
+
+
 # Enough data for indexes to be trimmed, then a region down: only vectors move positions.
 BUSY_OUTAGE = SimParams(
     regions=3,
@@ -263,6 +290,9 @@ _edges = _with(duplicates=0.2, write_max_age_ms=800, read_max_age_ms=1_000, rese
         # Nothing but the documented reasons is excused: with every edge case on, a machine
         # skipping messages never consumed is still caught.
         (PositionFromOwnOrigin, _edges, ("loss", "never consumed")),
+        # Moves and creations that fail: reported only once done, asked for again.
+        (ReportsMoveWhenAsked, _with(action_failures=0.3), ("reported:",)),
+        (CreatedWhenAsked, _with(action_failures=0.3), ("retried:",)),
     ],
 )
 def test_simulator_catches_broken_variant(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import Mapping
@@ -141,6 +142,35 @@ async def test_move_forward_resets_only_forward_and_clamps_to_the_end(
     assert msg.metadata.sequence.stream == 11
 
 
+async def test_a_consumer_in_use_is_not_reset_over_markers_alone(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    """Chaos seed 508 (docs/reliability.md): the update east's own consumption echoed back
+    from west named the markers after the last message east's application had acked, and
+    the reset over them left every later ack of that application unanswered. Between a
+    consumer and such a position lies nothing it delivers: it is left alone, its delivery
+    sequence goes on, and a move over data still happens."""
+    await publish(js, stream, data=5, markers=3)  # seqs 1-5 data, 6-8 markers
+    sub = await durable(js, stream, "d")
+    await consume(sub, 5)
+    waiting = asyncio.create_task(sub.fetch(1, timeout=5))  # the application, waiting
+    await asyncio.sleep(0.2)
+
+    outcome = await move_forward(nc, stream, "d", 8)
+
+    assert not outcome.moved and outcome.ack_floor_after == 5
+    await publish(js, stream, data=1)  # seq 9
+    [msg] = await waiting
+    assert (msg.metadata.sequence.stream, msg.metadata.sequence.consumer) == (9, 6)
+    await msg.ack_sync(timeout=2)
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=5)
+    assert info["ack_floor"]["stream_seq"] == 9 and info["ack_floor"]["consumer_seq"] == 6
+
+    await publish(js, stream, data=2, markers=1)  # seqs 10-11 data, 12 a marker
+    over_data = await move_forward(nc, stream, "d", 12)
+    assert over_data.moved and over_data.ack_floor_after == 12
+
+
 @pytest.mark.parametrize("after_info", [1, 2])
 async def test_a_client_fetching_while_its_consumer_is_moved_is_never_rewound(
     nc: Client,
@@ -231,7 +261,7 @@ async def test_create_consumer_copies_the_origin_config_and_starts_after_the_pos
     await durable(js, stream, "origin", max_ack_pending=17, description="from west")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
 
-    assert await create_consumer(nc, stream, "copy", origin["config"], 4)
+    assert await create_consumer(nc, stream, "copy", origin["config"], 4) == 4
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
     config = info["config"]
     assert config["durable_name"] == "copy"
@@ -252,7 +282,7 @@ async def test_create_consumer_never_replaces_an_existing_one(
     await publish(js, stream, data=6)
     await durable(js, stream, "d")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
-    assert not await create_consumer(nc, stream, "d", origin["config"], 4)
+    assert await create_consumer(nc, stream, "d", origin["config"], 4) is None
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
     assert info["config"]["deliver_policy"] == "all"
 
@@ -263,9 +293,10 @@ async def test_create_consumer_clamps_the_start_to_the_stream_end(
     await publish(js, stream, data=3)
     await durable(js, stream, "origin")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
-    assert await create_consumer(nc, stream, "copy", origin["config"], 50)
+    # Clamped to the stream's end (3): it starts at 4, its ack floor is 3.
+    floor = await create_consumer(nc, stream, "copy", origin["config"], 50)
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
-    assert info["config"]["opt_start_seq"] == 4
+    assert info["config"]["opt_start_seq"] == 4 and floor == 3
 
 
 async def test_set_replicated_toggles_the_metadata_and_keeps_the_rest(

@@ -19,14 +19,8 @@ from rsub_dev.sidecars import RegionSidecars, sidecar_settings, wait_until
 from sidecar.config import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
-from tests.security.test_security_permissions import (
-    ADMIN,
-    connect_as,
-    consume,
-    credentials,
-    restrict,
-    violations,
-)
+from tests.security.test_security_permissions import consume, violations
+from tests.support.nats_users import ADMIN, connect_as, credentials, restrict
 from tests.support.permission_blocks import (
     SIDECAR_DISCOVERY_BLOCK,
     UserBlock,

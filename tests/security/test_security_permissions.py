@@ -11,13 +11,10 @@ become ready and logs which subject it was refused.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 import os
-import signal
 import subprocess
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,6 @@ import nats
 import nats.errors
 import pytest
 import structlog
-from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
@@ -34,6 +30,13 @@ from rsub_dev.ports import HOST, free_ports
 from rsub_dev.sidecars import RegionSidecars, sidecar_settings, wait_until
 from sidecar.config import Config
 from sidecar.runtime import Runtime
+from tests.support.nats_users import (
+    ADMIN,
+    connect_as,
+    credentials,
+    restrict,
+    sidecar_user,
+)
 from tests.support.permission_blocks import (
     APP_BLOCK,
     SIDECAR_BLOCK,
@@ -46,19 +49,10 @@ pytestmark = pytest.mark.integration
 
 STREAM = "orders"
 DURABLE = "app"
-ADMIN = ("admin", "admin-pw")
 # The client is told `Permissions Violation for Publish to "<subject>"`; the server logs
 # `Publish Violation - Subject "<subject>"` (or `Subscription Violation - ...`).
 CLIENT_VIOLATION = "Permissions Violation"
 SERVER_VIOLATION = " Violation - "
-
-
-def password_of(user: str) -> str:
-    return f"pw-{user}"
-
-
-def sidecar_user(region: str) -> UserBlock:
-    return parse_user(SIDECAR_BLOCK).for_region(region)
 
 
 def app_user(region: str) -> UserBlock:
@@ -101,56 +95,6 @@ def test_blocks_grant_markers_and_lease_only_to_the_sidecar() -> None:
 
 
 # ---- a super-cluster with users ------------------------------------------------------------
-
-
-async def restrict(cluster: LocalSuperCluster, users: list[UserBlock]) -> None:
-    """Give every server the users (plus an unrestricted admin) and reload them."""
-    authorization = {
-        "users": [
-            {"user": ADMIN[0], "password": ADMIN[1]},
-            *(u.server_user(password_of(u.user)) for u in users),
-        ]
-    }
-    for path in sorted(cluster.directory.glob("*.conf")):
-        config = json.loads(path.read_text())
-        config["authorization"] = authorization
-        path.write_text(json.dumps(config, indent=2) + "\n")
-    for pid in cluster.pids():
-        os.kill(pid, signal.SIGHUP)
-    for region in cluster.regions:
-        await _wait_auth_required(cluster.servers(region))
-
-
-async def _wait_auth_required(servers: list[str]) -> None:
-    for _ in range(100):
-        try:
-            nc = await nats.connect(
-                servers, allow_reconnect=False, connect_timeout=1, error_cb=_quiet
-            )
-        except (nats.errors.Error, OSError, TimeoutError):
-            return
-        await nc.close()
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{servers}: the reload did not turn authorization on")
-
-
-async def _quiet(error: Exception) -> None:
-    """An expected refusal: not worth nats-py's default traceback."""
-
-
-def credentials(user: UserBlock) -> tuple[str, str]:
-    return user.user, password_of(user.user)
-
-
-@contextlib.asynccontextmanager
-async def connect_as(
-    cluster: LocalSuperCluster, region: str, user: str, password: str
-) -> AsyncIterator[Client]:
-    nc = await nats.connect(cluster.servers(region), user=user, password=password)
-    try:
-        yield nc
-    finally:
-        await nc.close()
 
 
 def violations(cluster: LocalSuperCluster) -> list[str]:

@@ -29,7 +29,10 @@ Model (one virtual stream `V`, regions r0..rN-1):
   them); read streams removing entries by age, read or not (JetStream drops them from a
   consumer's pending acks and moves its ack floor over them, a consumer skips them, an idle
   one stays, and a sidecar no longer reads them); users resetting a consumer backwards in its
-  home (a replay, possibly below what the sidecar trimmed from its index).
+  home (a replay, possibly below what the sidecar trimmed from its index);
+- failed actions (some runs): a fraction of the moves and creations fail or are dropped at
+  random, and the machine is told so (`action_failed`), as the runtime's driver does; the
+  others are reported done with where the copy stands after them (`action_done`).
 
 Properties (checked when the state they depend on changes, which is after every step that
 could break them; read streams are append-only and consumption only grows, so a property that
@@ -57,6 +60,12 @@ held stays true):
   Duplicates are counted for a native consumer and for the exact client, replays after a
   user reset apart;
 - not data: what a sidecar is fed as data is sourced data, never a local snapshot marker;
+- reported: the mark-delete a machine reports for an existing subscription
+  (`subscription(name).mark_delete`, what the API answers) is never above where its copy
+  stands (unless its user reset it since the sidecar read it); checked whenever a machine
+  returns outputs, reads positions or learns an action's outcome;
+- retried: a move or creation that failed is asked for again by the leader that asked for
+  it within `_retry_window` (or the copy got there by itself, or that leader is gone);
 - liveness (healed phase): every region holding a subscription when healed completes a
   snapshot, and every remote copy of every subscription is created or advances;
 - vector liveness (outages): when the home's position covers the next data message above a
@@ -82,8 +91,6 @@ from sidecar.protocol import (
     MachineConfig,
     Marker,
     MarkerIgnored,
-    MoveConsumer,
-    MoveCursor,
     Output,
     PublishLocal,
     PublishReplicated,
@@ -93,6 +100,7 @@ from sidecar.protocol import (
     SnapshotCompleted,
     SnapshotTimedOut,
     StreamMachine,
+    SubscriptionAction,
     SubscriptionInfo,
     SubscriptionKind,
     Update,
@@ -107,6 +115,9 @@ STREAM = "V"
 MAX_LAG_MS = 300  # the longest a sidecar's marker tail or data index lags its read stream
 POSITIONS_GAP_MS = 100  # the longest between two reads of a region's consumer positions
 _NOT_HELD = 2**62  # the read position of a message a read stream does not hold yet
+# A failed move or creation is asked for again at the leader's next positions read (or
+# sooner, on an update): within two reads, and slack.
+_RETRY_WINDOW_MS = 3 * POSITIONS_GAP_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +170,8 @@ class SimParams:
     """Read streams remove entries older than this, read by their consumers or not (0: none)."""
     resets: bool = False
     """Users reset consumers backwards in their home region (a chaos event)."""
+    action_failures: float = 0.0
+    """The fraction of moves and creations that fail or are dropped (reported failed)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.regions <= 9:
@@ -172,6 +185,8 @@ class SimParams:
                 f"duplicates must be in [0, 1) and dedup_window_ms positive, got "
                 f"{self.duplicates}, {self.dedup_window_ms}"
             )
+        if not 0 <= self.action_failures < 1:
+            raise ValueError(f"action_failures must be in [0, 1), got {self.action_failures}")
         if self.write_max_age_ms < 0 or self.read_max_age_ms < 0:
             raise ValueError("max ages must not be negative (0: no limit)")
         if self.outage_ms and (self.regions < 3 or self.outage_ms + 600 > self.chaos_ms):
@@ -187,7 +202,8 @@ class SimParams:
         runs is long and busy enough for the sidecars to trim their origin indexes (their
         consumers keep up, or no copy could advance soon after healing). The edge cases of
         DESIGN §7 are drawn apart: duplicates in a quarter of the runs, write-stream and
-        read-stream limits in a fifth each, user resets in three tenths."""
+        read-stream limits in a fifth each, user resets in three tenths, failed actions (a
+        tenth to a half of them) in three tenths."""
         regions = regions if regions is not None else rng.randint(2, 5)
         chaos_ms, outage_ms = rng.randint(1_000, 4_000), 0
         if regions >= 3 and rng.random() < 0.25:
@@ -218,6 +234,7 @@ class SimParams:
             write_max_age_ms=rng.randint(600, 3_000) if rng.random() < 0.2 else 0,
             read_max_age_ms=rng.randint(800, 4_000) if rng.random() < 0.2 else 0,
             resets=rng.random() < 0.3,
+            action_failures=rng.uniform(0.1, 0.5) if rng.random() < 0.3 else 0.0,
         )
 
 
@@ -406,9 +423,13 @@ class World:
                 "resets",
                 "resets_undone",
                 "replayed",
+                "actions_failed",
+                "retries",
             ),
             0,
         )
+        self.failed: dict[tuple[str, str], int] = {}
+        """(region, subscription) -> the number of its last failed action not asked again yet."""
         self.trace: deque[tuple[int, str, tuple[object, ...]]] = deque(maxlen=trace_len)
         self._queue: list[tuple[int, int, Callable[..., None], tuple[object, ...]]] = []
         self._n = 0
@@ -739,9 +760,9 @@ class World:
         infos = self._infos(region)
         positions = {n: self._read_position(region, n) for n in infos}
         last = len(self.q[region])
-        if self.leaders[region] is not None:
-            for name in infos:
-                self.subs[name].copies[region].user_reset = False
+        # A user's reset is known to the machines once they have the positions (not when
+        # the listing before them is fed: `_check_reported` looks in between).
+        reset = [n for n in infos if self.subs[n].copies[region].user_reset]
         for inst in self._instances(region):
             self._handle(region, inst, inst.machine.subscriptions_changed(infos))
             inst.reported.update(positions)
@@ -749,6 +770,11 @@ class World:
             self._handle(region, inst, inst.machine.positions_read(positions, last))
             if inst.machine.origin_index_runs < runs:
                 self.stats["index_trims"] += 1
+        if self.leaders[region] is not None:
+            for name in reset:
+                self.subs[name].copies[region].user_reset = False
+        for inst in self._instances(region):
+            self._check_reported(region, inst)
         self._at(self.now + self.rng.randint(20, POSITIONS_GAP_MS), self._positions, region)
 
     def _local_subs(self, region: str) -> list[str]:
@@ -775,9 +801,8 @@ class World:
                 self.q[region].append(self._wire(out.marker))
                 self.q_time[region].append(self.now)
                 self.local_marks[region].add(len(self.q[region]))
-            elif isinstance(out, MoveConsumer | MoveCursor | CreateConsumer | CreateCursor):
-                self._note("move", region, out)
-                self._move(region, inst, out)
+            elif isinstance(out, SubscriptionAction):
+                self._carry_out(region, inst, out)
             elif isinstance(out, SnapshotCompleted):
                 self.stats["snapshots"] += 1
             elif isinstance(out, SnapshotTimedOut):
@@ -788,12 +813,33 @@ class World:
                 self._check_progress(region, inst, out.subscription)
             elif isinstance(out, MarkerIgnored) and out.reason is IgnoreReason.STALE_EPOCH:
                 self.stats["fenced"] += 1
+        if outputs:
+            self._check_reported(region, inst)
+
+    def _carry_out(self, region: str, inst: _Instance, action: SubscriptionAction) -> None:
+        """A move or creation, carried out or (some runs) failed at random, and its outcome
+        told to the machine that asked for it, as the runtime's driver does."""
+        key = (region, action.subscription)
+        if self.failed.pop(key, None) is not None:
+            self.stats["retries"] += 1
+        if self.p.action_failures and self.rng.random() < self.p.action_failures:
+            self._note("move failed", region, action)
+            self.stats["actions_failed"] += 1
+            self.failed[key] = number = self.stats["actions_failed"]
+            self._at(self.now + _RETRY_WINDOW_MS, self._check_retried, region, inst, action, number)
+            self._handle(region, inst, inst.machine.action_failed(action))
+        else:
+            self._note("move", region, action)
+            self._move(region, inst, action)
+            floor = self.subs[action.subscription].copies[region].floor
+            self._handle(region, inst, inst.machine.action_done(action, floor))
+        self._check_reported(region, inst)
 
     def _move(
         self,
         region: str,
         inst: _Instance,
-        action: MoveConsumer | MoveCursor | CreateConsumer | CreateCursor,
+        action: SubscriptionAction,
     ) -> None:
         sub = self.subs[action.subscription]
         creating = isinstance(action, CreateConsumer | CreateCursor)
@@ -1324,11 +1370,47 @@ class World:
             copy = self.subs[out.subscription].copies.get(region)
             if out.position is None or (copy is not None and copy.user_reset):
                 continue  # the machine decided on a position read before the user's reset
+            if (region, out.subscription) in self.failed:
+                continue  # its move or creation failed: `_check_retried` follows it
             if copy is None or self._covered(region, copy) < out.position:
                 raise Violation(
                     f"{region}: update of {out.subscription} to {out.position} from "
                     f"{out.from_region} accepted but not carried out"
                 )
+
+    def _check_reported(self, region: str, inst: _Instance) -> None:
+        """The mark-delete a machine reports (what the API answers, failover clients resume
+        after, duplicates are bounded by) is never above where the copy stands."""
+        for name, sub in self.subs.items():
+            view = inst.machine.subscription(name)
+            if view is None or not view.exists or view.mark_delete is None:
+                continue
+            copy = sub.copies.get(region)
+            if copy is None:
+                raise Violation(
+                    f"reported: {region} reports {name} at {view.mark_delete}, never created there"
+                )
+            if not copy.user_reset and view.mark_delete > self._covered(region, copy):
+                raise Violation(
+                    f"reported: {region} reports {name} at {view.mark_delete}, but its copy "
+                    f"stands at {self._covered(region, copy)}"
+                )
+
+    def _check_retried(
+        self, region: str, inst: _Instance, action: SubscriptionAction, number: int
+    ) -> None:
+        """A failed move or creation is asked for again (the copy not there otherwise)."""
+        if self.failed.get((region, action.subscription)) != number:
+            return  # asked for again meanwhile
+        if inst is not self.leaders[region]:
+            return  # deposed or crashed: its successor derives the actions from the stream
+        copy = self.subs[action.subscription].copies.get(region)
+        if copy is not None and self._covered(region, copy) >= action.ack_floor:
+            return
+        raise Violation(
+            f"retried: {region} failed {action} {_RETRY_WINDOW_MS} ms ago and has not asked "
+            f"for it again (copy at {None if copy is None else copy.floor})"
+        )
 
     def _check_liveness(self) -> None:
         for r in {r for (_, r) in self.heal_floors}:
