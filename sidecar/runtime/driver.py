@@ -253,9 +253,13 @@ class StreamDriver:
             return
         mark_delete = await self._effects.carry_out(machine, output)
         if isinstance(output, SubscriptionAction):
-            # Done, it may have moved positions; failed, the machine asks for it again at
-            # the next read: either way, read them at the next interval.
-            self._signalled = True
+            # Failed, the machine asks for it again at the next read; done, it moved the
+            # position: either way, read them at the next interval. A consumer left alone
+            # (`move_forward`: delivered up to the position already, or none of its messages
+            # before it) did not move: its acks signal when it does, and a read now would
+            # only ask for the same move again, every interval.
+            if mark_delete is None or mark_delete >= output.ack_floor:
+                self._signalled = True
             if mark_delete is None:
                 outputs.extend(machine.action_failed(output))
             else:
