@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import structlog
+from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from sidecar.api.metrics import SidecarMetrics
@@ -537,7 +538,7 @@ class IntervalLoop:
     def __init__(self, handles: RegionHandles, interval_ms: int, sweep_intervals: int) -> None:
         self._drivers: list[StreamDriver] = []
         self._by_name: dict[str, StreamDriver] = {}
-        self._signals: dict[str, signals.ConsumerSignals] = {}
+        self._signals: dict[str, list[Subscription]] = {}
         self._handles = handles
         self._interval_s = interval_ms / 1000
         self._sweep = sweep_intervals
@@ -548,9 +549,9 @@ class IntervalLoop:
         keeps the subscriptions across reconnects)."""
         read_stream = driver.vs.read_stream(self._handles.region)
         name = driver.vs.name
-        followed = signals.ConsumerSignals(self._handles.conn.nc, read_stream, driver.moved)
-        await followed.start()
-        self._signals[name] = followed
+        self._signals[name] = await signals.follow_consumers(
+            self._handles.conn.nc, read_stream, driver.moved
+        )
         self._drivers.append(driver)
         self._by_name[name] = driver
 
@@ -560,9 +561,9 @@ class IntervalLoop:
         if self._by_name.pop(name, None) is None:
             return
         self._drivers.remove(driver)
-        followed = self._signals.pop(name, None)
-        if followed is not None:
-            await followed.close()
+        for subscription in self._signals.pop(name, []):
+            with contextlib.suppress(NatsError):
+                await subscription.unsubscribe()
 
     async def run(self) -> None:
         readers = [asyncio.create_task(self._reader()) for _ in range(_READERS)]
@@ -595,12 +596,7 @@ class IntervalLoop:
     async def _reader(self) -> None:
         while True:
             driver = await self._queue.get()
-            followed = self._signals.get(driver.vs.name)
             try:
-                if followed is not None:
-                    # Before the read: an ack after it signals again (`ConsumerSignals`).
-                    with contextlib.suppress(NatsError):  # else the next read re-arms it
-                        await followed.arm()
                 await driver.refresh()
             except Exception:  # one stream's trouble never stops the reads of the others
                 log.exception("positions_read_crashed", stream=driver.vs.name)

@@ -177,11 +177,10 @@ async def test_an_idle_stream_is_read_by_the_sweep_only(cluster2: LocalSuperClus
 async def test_a_missed_ack_is_caught_by_the_sweep(
     cluster2: LocalSuperCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def deaf(*_: object) -> None:
-        pass  # every consumer signal is missed
+    async def deaf(*_: object) -> list[object]:
+        return []  # every consumer signal is missed
 
-    monkeypatch.setattr(signals.ConsumerSignals, "start", deaf)
-    monkeypatch.setattr(signals.ConsumerSignals, "arm", deaf)
+    monkeypatch.setattr(signals, "follow_consumers", deaf)
     async with sidecars(cluster2, 10):
         west = await nats.connect(cluster2.servers("west"))
         east = await nats.connect(cluster2.servers("east"))
