@@ -76,6 +76,7 @@ CONCURRENCY = 20
 IN_FLIGHT = 200
 READY_TIMEOUT_S = 600.0
 _TICKS = os.sysconf("SC_CLK_TCK")
+_THIS = Path(__file__).resolve().parent.parent
 _SETTINGS = {"on": True, "off": False}
 _ENDED = ("rsub_snapshots_completed_total", "rsub_snapshots_timed_out_total")
 
@@ -128,14 +129,13 @@ def server_pids(cluster_dir: Path) -> list[int]:
 
 @contextlib.contextmanager
 def code_of(checkout: Path | None) -> Iterator[str]:
-    """Sidecars spawned inside run the code of `checkout` (None: this one); its label."""
-    if checkout is None:
-        yield "this"
-        return
+    """Sidecars spawned inside run the code of `checkout` (None: this one, whichever checkout
+    the venv was installed from); its label."""
     saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{checkout}:{checkout / 'devtools'}"
+    code = checkout if checkout is not None else _THIS
+    os.environ["PYTHONPATH"] = f"{code}:{code / 'devtools'}"
     try:
-        yield "baseline"
+        yield "baseline" if checkout is not None else "this"
     finally:
         if saved is None:
             del os.environ["PYTHONPATH"]
@@ -468,16 +468,15 @@ async def backlog_passes(
         f"streams after {time.monotonic() - started:.0f} s; durables still at their start",
         flush=True,
     )
+    names = [vs.name for vs in streams]
     for setting in args.progress:
         workdir = directory / f"backlog-{setting}"
-        async with sidecars(cluster, [vs.name for vs in streams], _SETTINGS[setting], workdir) as (
-            wests,
-            start,
-        ):
-            print(started_line(f"progress {setting}", wests[0], start, ", backlog"), flush=True)
-            label = f"{setting}, backlog, idle"
-            servers = server_pids(directory / "cluster")
-            await window(wests, js, streams, args.backlog_seconds, label, servers)
+        with code_of(None):
+            async with sidecars(cluster, names, _SETTINGS[setting], workdir) as (wests, start):
+                print(started_line(f"progress {setting}", wests[0], start, ", backlog"), flush=True)
+                label = f"{setting}, backlog, idle"
+                servers = server_pids(directory / "cluster")
+                await window(wests, js, streams, args.backlog_seconds, label, servers)
 
 
 def counts(text: str) -> list[int]:
