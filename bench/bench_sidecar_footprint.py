@@ -16,9 +16,9 @@ a CPU (/proc/<pid>/schedstat: is the machine the limit?), and its origin index
 (`rsub_origin_index_bytes` summed over the streams) against the data messages west's read
 streams hold. First idle (no new data: no snapshot starts), then with one message per
 stream per second published in west (every stream snapshots every second). The idle window
-starts once no snapshot attempt is in flight and none started for 5 s: a first attempt that
-started before east's sidecar was up times out (30 s) and is retried, which an idle window
-must not count.
+starts once no snapshot started, completed or timed out for longer than the snapshot
+timeout (30 s): a first attempt that started before east's sidecar was up times out and is
+retried, which an idle window must not count. Lease TTL: the sidecar's default, 10 s.
 
 With `--replicas 1,3` each setting also runs, in turn, with that many replicas of west's
 sidecar sharing its streams (`lease.shards`): the CPU figures are their sum (each
@@ -78,7 +78,13 @@ READY_TIMEOUT_S = 600.0
 _TICKS = os.sysconf("SC_CLK_TCK")
 _THIS = Path(__file__).resolve().parent.parent
 _SETTINGS = {"on": True, "off": False}
-_ENDED = ("rsub_snapshots_completed_total", "rsub_snapshots_timed_out_total")
+_COUNTED = (
+    "rsub_snapshots_started_total",
+    "rsub_snapshots_completed_total",
+    "rsub_snapshots_timed_out_total",
+)
+SNAPSHOT_TIMEOUT_S = 30
+LEASE_TTL_S = 10.0  # the sidecar's default; the test suites' 3 s is for quick takeovers
 
 T = TypeVar("T")
 
@@ -153,14 +159,20 @@ async def bounded(jobs: Iterable[Awaitable[T]]) -> list[T]:
     return await asyncio.gather(*(one(j) for j in jobs))
 
 
+async def metric_totals(proc: SidecarProcess, samples: Sequence[str]) -> list[float]:
+    """The sum of each of `samples` over all its label sets in `proc`'s /metrics (one scrape:
+    at 1,000 streams one costs the sidecar about a second of CPU)."""
+    totals = dict.fromkeys(samples, 0.0)
+    for family in text_string_to_metric_families(await proc.metrics_text()):
+        for s in family.samples:
+            if s.name in totals:
+                totals[s.name] += s.value
+    return [totals[name] for name in samples]
+
+
 async def metric_total(proc: SidecarProcess, sample: str) -> float:
     """The sum of `sample` over all its label sets in `proc`'s /metrics."""
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(await proc.metrics_text())
-        for s in family.samples
-        if s.name == sample
-    )
+    return (await metric_totals(proc, [sample]))[0]
 
 
 async def data_messages(
@@ -241,28 +253,23 @@ async def window(
     )
 
 
-async def settled(procs: Sequence[SidecarProcess], quiet_s: float = 5.0) -> None:
-    """Wait until no snapshot attempt of `procs` is in flight (each started one completed or
-    timed out) and none started for `quiet_s`: the idle window then measures idle sidecars."""
-    last, since = -1.0, time.monotonic()
+async def settled(procs: Sequence[SidecarProcess]) -> None:
+    """Wait until no snapshot of `procs` started, completed or timed out for longer than the
+    snapshot timeout: then none is in flight (each ends within the timeout, or with the
+    leadership), and the idle window measures idle sidecars."""
+    last: tuple[float, ...] = ()
+    since = time.monotonic()
+    quiet_s = SNAPSHOT_TIMEOUT_S + 1
 
     async def quiet() -> bool:
         nonlocal last, since
-        started = ended = 0.0
-        for proc in procs:
-            for family in text_string_to_metric_families(await proc.metrics_text()):
-                for sample in family.samples:
-                    if sample.name == "rsub_snapshots_started_total":
-                        started += sample.value
-                    elif sample.name in _ENDED:
-                        ended += sample.value
-        if started != last:
-            last, since = started, time.monotonic()
-        return started == ended and time.monotonic() - since >= quiet_s
+        each = [await metric_totals(p, _COUNTED) for p in procs]
+        counts = tuple(sum(column) for column in zip(*each, strict=True))
+        if counts != last:
+            last, since = counts, time.monotonic()
+        return time.monotonic() - since >= quiet_s
 
-    await wait_until(
-        quiet, f"no snapshot in flight nor started for {quiet_s} s", READY_TIMEOUT_S, poll_s=1
-    )
+    await wait_until(quiet, f"no snapshot activity for {quiet_s} s", READY_TIMEOUT_S, poll_s=5)
 
 
 async def warm_up(conns: dict[str, Client], streams: Sequence[VirtualStream]) -> None:
@@ -370,7 +377,8 @@ async def sidecars(
             region,
             streams=names,
             interval_ms=1000,
-            timeout_s=30,
+            timeout_s=SNAPSHOT_TIMEOUT_S,
+            lease_ttl_s=LEASE_TTL_S,
             progress=progress,
             log_level="info",  # for `runtime_ready`, `stream_rebuilt`; none per message
         )
