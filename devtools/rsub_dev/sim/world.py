@@ -29,7 +29,17 @@ Model (one virtual stream `V`, regions r0..rN-1):
   them); read streams removing entries by age, read or not (JetStream drops them from a
   consumer's pending acks and moves its ack floor over them, a consumer skips them, an idle
   one stays, and a sidecar no longer reads them); users resetting a consumer backwards in its
-  home (a replay, possibly below what the sidecar trimmed from its index).
+  home (a replay, possibly below what the sidecar trimmed from its index);
+- what else real servers and users do (issue 12, item 3), each drawn in some runs: limits by
+  count (`max_msgs`, markers counted too) on write and read streams, with the consumers
+  treated as for limits by age; operators purging a stream (all of it, or all but its last
+  entries): in a read stream every consumer's ack floor moves over the purge, idle ones too,
+  and pending acks below it are dropped (nats-server 2.15.1); users deleting a replicated
+  durable in one region (a move then finds nothing, the next update creates it again; in its
+  home the user creates it again, delivering all, unless the sidecar did first); sidecar
+  processes frozen (a GC pause, a VM stall): shorter than the lease the leader resumes; longer,
+  a new leader takes over at the lease's expiry and the old one wakes later with its stale
+  state and epoch, acting until it reads its region's newer epoch or its lease loop deposes it.
 
 Properties (checked when the state they depend on changes, which is after every step that
 could break them; read streams are append-only and consumption only grows, so a property that
@@ -41,12 +51,14 @@ held stays true):
   some copy was consumed, or one the guarantee excuses (`_excuse`): a copy of it never
   reached the read stream of a region where the subscription passed that point (limits on
   the write stream), or it was removed from a read stream under a copy of the subscription
-  before that copy passed it (the documented rule; under a copy nobody reads it is counted
-  apart), or it lies removed in the region moved (it can never be delivered there);
+  before that copy passed it (the documented rule; under a copy nobody reads, and by a
+  purge, it is counted apart), or it lies removed in the region moved (it can never be
+  delivered there); a copy deleted by its user still counts for how far it got;
 - monotonic: a machine never asks to move a subscription to or below the position it last
   reported; the runtime applies moves forward only; consumers never receive markers;
 - applied: after a leader accepted an update naming its region at position p, the copy
-  there stands at or beyond p (unless its user reset it since the sidecar read it);
+  there stands at or beyond p (unless its user reset or deleted it since the sidecar read
+  it: then the next update creates it again);
 - claim 1 (DESIGN §7), when an update with a progress vector `v` read at `M` is published
   in `a`: every data message `(o, s)` with `s <= v[o]` that Q_a holds or will hold lies at
   or below `M`, and every one Q_a dropped as a duplicate was dropped for a copy stored at or
@@ -57,8 +69,13 @@ held stays true):
   Duplicates are counted for a native consumer and for the exact client, replays after a
   user reset apart;
 - not data: what a sidecar is fed as data is sourced data, never a local snapshot marker;
+- fencing: a marker whose epoch is below one its region already wrote (as fed to that
+  instance) changes nothing, and an instance fed a marker its own region wrote with a newer
+  epoch than its own never publishes or moves again (data safety does not rest on it: a
+  deposed leader's markers state truths; the data properties above hold regardless);
 - liveness (healed phase): every region holding a subscription when healed completes a
-  snapshot, and every remote copy of every subscription is created or advances;
+  snapshot, and every remote copy of every subscription (one its user deleted included) is
+  created or advances;
 - vector liveness (outages): when the home's position covers the next data message above a
   copy in another live region, that copy advances within `_vector_window`.
 No loss covers the moves vectors cause: a message reaching Q_b late (from a region back
@@ -72,7 +89,7 @@ import heapq
 import random
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sidecar.protocol import (
@@ -82,6 +99,7 @@ from sidecar.protocol import (
     MachineConfig,
     Marker,
     MarkerIgnored,
+    MarkerRejected,
     MoveConsumer,
     MoveCursor,
     Output,
@@ -104,6 +122,7 @@ from sidecar.protocol import (
 from sidecar.protocol.origins import DataEntry
 
 STREAM = "V"
+LEASE_MS = 400  # a frozen leader's lease expires after this long; a new leader takes over
 MAX_LAG_MS = 300  # the longest a sidecar's marker tail or data index lags its read stream
 POSITIONS_GAP_MS = 100  # the longest between two reads of a region's consumer positions
 _NOT_HELD = 2**62  # the read position of a message a read stream does not hold yet
@@ -126,6 +145,7 @@ class Data:
 # marker subjects is bytes too).
 Entry = Data | Marker | bytes
 MachineFactory = type[StreamMachine]
+_ACTIONS = (PublishReplicated, PublishLocal, MoveConsumer, MoveCursor, CreateConsumer, CreateCursor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +179,19 @@ class SimParams:
     """Read streams remove entries older than this, read by their consumers or not (0: none)."""
     resets: bool = False
     """Users reset consumers backwards in their home region (a chaos event)."""
+    write_max_msgs: int = 0
+    """Write streams keep at most this many entries, removing the oldest (0: no limit)."""
+    read_max_msgs: int = 0
+    """Read streams keep at most this many entries, removing the oldest (0: no limit)."""
+    purges: bool = False
+    """Operators purge a prefix of a read or write stream, or all of it (a chaos event)."""
+    deletions: bool = False
+    """Users delete a replicated durable in one region (a chaos event); in its home they
+    create it again (deliver all) unless the sidecar did first."""
+    freezes: bool = False
+    """Sidecar processes freeze (a GC pause, a VM stall; a chaos event): shorter than the
+    lease, the leader resumes; longer, a new leader takes over at its expiry and the old one
+    wakes later with its stale state and epoch, acting until it learns it was deposed."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.regions <= 9:
@@ -172,8 +205,10 @@ class SimParams:
                 f"duplicates must be in [0, 1) and dedup_window_ms positive, got "
                 f"{self.duplicates}, {self.dedup_window_ms}"
             )
-        if self.write_max_age_ms < 0 or self.read_max_age_ms < 0:
+        if min(self.write_max_age_ms, self.read_max_age_ms) < 0:
             raise ValueError("max ages must not be negative (0: no limit)")
+        if min(self.write_max_msgs, self.read_max_msgs) < 0:
+            raise ValueError("max msgs must not be negative (0: no limit)")
         if self.outage_ms and (self.regions < 3 or self.outage_ms + 600 > self.chaos_ms):
             raise ValueError(
                 f"an outage needs 3 regions and 600 ms of chaos around it, got {self.regions} "
@@ -187,7 +222,9 @@ class SimParams:
         runs is long and busy enough for the sidecars to trim their origin indexes (their
         consumers keep up, or no copy could advance soon after healing). The edge cases of
         DESIGN §7 are drawn apart: duplicates in a quarter of the runs, write-stream and
-        read-stream limits in a fifth each, user resets in three tenths."""
+        read-stream limits by age in a fifth each, user resets in three tenths; then limits by
+        count in a tenth each (sized above what arrives in 600 ms), purges in a sixth,
+        deletions in a quarter and freezes in two fifths."""
         regions = regions if regions is not None else rng.randint(2, 5)
         chaos_ms, outage_ms = rng.randint(1_000, 4_000), 0
         if regions >= 3 and rng.random() < 0.25:
@@ -197,6 +234,10 @@ class SimParams:
         if rng.random() < 0.05:
             chaos_ms, produce_gap_ms = chaos_ms + rng.randint(8_000, 16_000), rng.randint(3, 8)
             consume_batch = 100 * regions // produce_gap_ms
+        # What a region writes in 600 ms: count limits keep more than that, or markers would be
+        # removed before the sidecars (lagging up to MAX_LAG_MS) read them, and no snapshot
+        # could complete (the age limits keep at least 600 and 800 ms).
+        burst = 600 // produce_gap_ms
         return cls(
             regions=regions,
             subscriptions=rng.randint(1, 3),
@@ -218,6 +259,11 @@ class SimParams:
             write_max_age_ms=rng.randint(600, 3_000) if rng.random() < 0.2 else 0,
             read_max_age_ms=rng.randint(800, 4_000) if rng.random() < 0.2 else 0,
             resets=rng.random() < 0.3,
+            write_max_msgs=burst + rng.randint(10, 300) if rng.random() < 0.1 else 0,
+            read_max_msgs=regions * burst + rng.randint(40, 400) if rng.random() < 0.1 else 0,
+            purges=rng.random() < 0.16,
+            deletions=rng.random() < 0.25,
+            freezes=rng.random() < 0.4,
         )
 
 
@@ -283,6 +329,9 @@ class _SimConsumer:
     that counts the excuse, and the reason."""
     replay_until: int = 0
     """After a user reset in the home: data up to here are delivered again on purpose."""
+    deleted_high: dict[str, int] = field(default_factory=dict)
+    """Per region where its user deleted the copy: the highest floor it had (a copy created
+    there again starts with it as its `high`)."""
 
 
 @dataclass(slots=True)
@@ -310,10 +359,14 @@ class _Arrivals:
 @dataclass(slots=True)
 class _Instance:
     machine: StreamMachine
+    epoch: int  # the epoch it was made leader with
     tail: int  # seqs <= tail were given to the machine as markers
     indexed: int  # seqs <= indexed were given to the machine as data
     reported: dict[str, int] = field(default_factory=dict)
     alive_until: int | None = None  # zombies stop at this time
+    frozen_until: int = 0  # a frozen process does nothing before this time
+    seen: dict[str, int] = field(default_factory=dict)  # the highest epoch fed, per region
+    deposed: bool = False  # fed a marker its own region wrote with a newer epoch
 
 
 class World:
@@ -355,6 +408,9 @@ class World:
         """Per read stream, id of a duplicated message -> (when, where) its copy was stored."""
         self.copies_of: dict[int, list[Data]] = {}  # the copies of duplicated messages
         self.local_marks: dict[str, set[int]] = {r: set() for r in self.regions}
+        self.unseen_deletions: set[tuple[str, str]] = set()
+        """(subscription, region): deleted by its user since the leader there last read the
+        region's subscriptions (a move on it then finds nothing: `subscription_gone`)."""
         self.channels = {
             (x, y): _Channel(self.rng.randint(1, params.max_latency_ms))
             for x in self.regions
@@ -406,10 +462,24 @@ class World:
                 "resets",
                 "resets_undone",
                 "replayed",
+                "removed_q_count",
+                "purges",
+                "excused_purged",
+                "deletions",
+                "moves_gone",
+                "recreated",
+                "user_creates",
+                "freezes",
+                "takeovers",
+                "stale_actions",
+                "deposed",
             ),
             0,
         )
         self.trace: deque[tuple[int, str, tuple[object, ...]]] = deque(maxlen=trace_len)
+        p = params
+        self._limited = any((p.write_max_age_ms, p.read_max_age_ms, p.write_max_msgs))
+        self._limited |= p.read_max_msgs > 0
         self._queue: list[tuple[int, int, Callable[..., None], tuple[object, ...]]] = []
         self._n = 0
 
@@ -430,7 +500,7 @@ class World:
             while self._queue and self._queue[0][0] <= end:
                 t, _, fn, args = heapq.heappop(self._queue)
                 self.now = t
-                if self.p.write_max_age_ms or self.p.read_max_age_ms:
+                if self._limited:
                     self._expire()
                 self.stats["events"] += 1
                 self.trace.append((t, fn.__name__, args))
@@ -479,16 +549,15 @@ class World:
         )
         q, first = self.q[region], self.q_first[region]
         markers: list[tuple[int, Marker]] = []
+        seen: dict[str, int] = {}
         for seq, entry in enumerate(q[first - 1 :], start=first):
-            if isinstance(entry, bytes):
-                decoded = decode(entry, stream=STREAM, regions=self.regions)
+            if not isinstance(entry, Data):
+                decoded = self._decoded(entry)
                 if isinstance(decoded, Marker):
                     markers.append((seq, decoded))
-            elif isinstance(entry, Marker):
-                markers.append((seq, entry))
+                    seen[decoded.region] = max(seen.get(decoded.region, 0), decoded.epoch)
         positions = {n: self._read_position(region, n) for n in self._local_subs(region)}
-        for name in positions:
-            self.subs[name].copies[region].user_reset = False
+        self._subscriptions_read(region, positions)
         machine = self.factory.restore(
             config,
             markers,
@@ -498,13 +567,23 @@ class World:
             self.now,
             data=self._checked_data(region, self._data_entries(region, 0, len(q))),
         )
-        inst = _Instance(machine, len(q), len(q), dict(positions))
-        self._handle(region, inst, machine.became_leader(self.epochs[region]))
+        epoch = self.epochs[region]
+        inst = _Instance(machine, epoch, len(q), len(q), dict(positions), seen=seen)
+        self._handle(region, inst, machine.became_leader(epoch))
         return inst
 
     def _instances(self, region: str) -> list[_Instance]:
+        """The instances running in `region` now (frozen ones do nothing)."""
         leader = self.leaders[region]
-        return ([leader] if leader else []) + self.zombies[region]
+        running = ([leader] if leader else []) + self.zombies[region]
+        return [inst for inst in running if inst.frozen_until <= self.now]
+
+    def _subscriptions_read(self, region: str, names: Iterable[str]) -> None:
+        """The leader of `region` read its subscriptions and their positions: it knows of
+        every user reset and deletion made before."""
+        for name in names:
+            self.subs[name].copies[region].user_reset = False
+        self.unseen_deletions = {(n, r) for n, r in self.unseen_deletions if r != region}
 
     # ---- data plane ---------------------------------------------------------------------
 
@@ -597,21 +676,30 @@ class World:
         return False
 
     def _expire(self) -> None:
-        """Limits: remove what is older than the streams' max age, before every step."""
+        """Limits, before every step: streams remove what is older than their max age, and
+        their oldest entries beyond their max count (markers count too)."""
         p = self.p
         for r in self.regions:
+            times, first = self.w_time[r], self.w_first[r]
             if p.write_max_age_ms:
-                self._expire_write(r, self.now - p.write_max_age_ms)
+                while first < len(times) and times[first] <= self.now - p.write_max_age_ms:
+                    first += 1
+            if p.write_max_msgs:
+                first = max(first, len(times) - p.write_max_msgs)
+            self._remove_write(r, first)
+            times, first = self.q_time[r], self.q_first[r]
             if p.read_max_age_ms:
-                self._expire_read(r, self.now - p.read_max_age_ms)
+                while first <= len(times) and times[first - 1] <= self.now - p.read_max_age_ms:
+                    first += 1
+            if p.read_max_msgs and len(times) - p.read_max_msgs + 1 > first:
+                self.stats["removed_q_count"] += len(times) - p.read_max_msgs + 1 - first
+                first = len(times) - p.read_max_msgs + 1
+            self._remove_read(r, first)
 
-    def _expire_write(self, origin: str, cutoff: int) -> None:
-        """W_origin removes old entries: those no read stream sourced yet never reach it."""
-        times, first = self.w_time[origin], self.w_first[origin]
-        start = first
-        while first < len(times) and times[first] <= cutoff:
-            first += 1
-        if first == start:
+    def _remove_write(self, origin: str, first: int) -> None:
+        """W_origin removes its entries before index `first` (limits or a purge): those a read
+        stream had not sourced yet never reach it."""
+        if first <= self.w_first[origin]:
             return
         self.w_first[origin] = first
         for y in self.regions:
@@ -622,15 +710,14 @@ class World:
                 self.stats["removed_w"] += first - ch.next_index
                 ch.next_index = first
 
-    def _expire_read(self, region: str, cutoff: int) -> None:
-        """Q_region removes old entries. JetStream drops removed messages from a consumer's
-        pending acks and moves its ack floor over them; a consumer that delivered none of them
-        skips them when it next delivers (`_consume`); an idle one does not move."""
-        times, first = self.q_time[region], self.q_first[region]
-        start = first
-        while first <= len(times) and times[first - 1] <= cutoff:
-            first += 1
-        if first == start:
+    def _remove_read(self, region: str, first: int) -> None:
+        """Q_region removes its entries before seq `first` (limits; `_purge` moves consumers over
+        what it removes first). JetStream drops removed
+        messages from a consumer's pending acks and moves its ack floor over them; a consumer
+        that delivered none of them skips them when it next delivers (`_consume`); an idle one
+        does not move (nats-server 2.15.1, by age and by count alike)."""
+        start = self.q_first[region]
+        if first <= start:
             return
         self.q_first[region] = first
         self.stats["removed_q"] += first - start
@@ -653,16 +740,55 @@ class World:
             if isinstance(entry, Data) and self._identity(entry) not in sub.consumed:
                 self._passed_removed(sub, region, entry)
 
-    def _passed_removed(self, sub: _SimConsumer, region: str, data: Data) -> None:
+    def _passed_removed(
+        self, sub: _SimConsumer, region: str, data: Data, purged: bool = False
+    ) -> None:
         """The copy in `region` passed `data`, never consumed, after Q_region removed it. The
         documented rule (protocol §6): removal under a consumer counts as passed there, so
         passing it elsewhere is not a loss. Whether that consumer was the one being read (the
-        home) is kept apart: under any other copy it is a limit of the guarantee."""
-        if region == sub.home:
+        home) is kept apart: under any other copy it is a limit of the guarantee; so are
+        purges, which move every consumer of the stream over what they remove."""
+        if purged:
+            excuse = ("excused_purged", f"purged from {region}")
+        elif region == sub.home:
             excuse = ("excused_removed", f"removed from {region} under the consumer")
         else:
             excuse = ("excused_removed_idle", f"removed from {region} under a copy not read")
         sub.excused.setdefault(self._identity(data), excuse)
+
+    def _purge(self, region: str) -> None:
+        """An operator purges a stream of `region` (`$JS.API.STREAM.PURGE`, all of it or all
+        but its last `keep` entries). In a read stream JetStream moves the ack floor of every
+        consumer over the purged entries, idle ones too, and drops them from pending acks
+        (delivered messages above stay pending; checked on nats-server 2.15.1); in a write
+        stream, what a read stream had not sourced yet never reaches it."""
+        rng = self.rng
+        keep = 0 if rng.random() < 0.3 else rng.randint(1, 60)
+        self.stats["purges"] += 1
+        if rng.random() < 0.3:
+            self._note("purge", region, "write", keep)
+            self._remove_write(region, max(self.w_first[region], len(self.w[region]) - keep))
+            return
+        q = self.q[region]
+        first = max(self.q_first[region], len(q) - keep + 1)
+        self._note("purge", region, "read", keep, first - 1)
+        moved: list[tuple[_SimConsumer, _Copy]] = []
+        for sub in self.subs.values():
+            copy = sub.copies.get(region)
+            if copy is None or copy.floor >= first - 1:
+                continue
+            for seq in range(copy.floor + 1, first):
+                entry = q[seq - 1]
+                if isinstance(entry, Data) and self._identity(entry) not in sub.consumed:
+                    self._passed_removed(sub, region, entry, purged=True)
+            copy.floor, copy.next_seq = first - 1, max(copy.next_seq, first)
+            copy.checked = max(copy.checked, copy.floor)
+            while copy.delivered and copy.delivered[0] < first:
+                copy.acked.discard(copy.delivered.popleft())
+            moved.append((sub, copy))
+        self._remove_read(region, first)
+        for sub, copy in moved:
+            self._advance_floor(sub, region, copy)  # acked ones now at the head of the pending
 
     # ---- sidecars -----------------------------------------------------------------------
 
@@ -682,10 +808,17 @@ class World:
             while inst.tail < len(q):
                 inst.tail += 1
                 entry = q[inst.tail - 1]
-                if not isinstance(entry, Data):
-                    out = self._feed(inst.machine, inst.tail, entry)
-                    self._handle(region, inst, out)
-                    self._check_applied(region, inst, out)
+                if isinstance(entry, Data):
+                    continue
+                marker = self._decoded(entry)
+                if isinstance(marker, Rejected):
+                    self.stats["rejected"] += 1
+                    out = inst.machine.marker_rejected(inst.tail, marker)
+                else:
+                    out = inst.machine.marker_seen(inst.tail, marker)
+                    self._check_fenced(region, inst, marker, out)
+                self._handle(region, inst, out)
+                self._check_applied(region, inst, out)
         self._at(self.now + self._lag(), self._tail, region)
 
     def _index(self, region: str) -> None:
@@ -723,14 +856,10 @@ class World:
                 raise Violation(f"{region}: {e} fed for {entry}")
         return entries
 
-    def _feed(self, machine: StreamMachine, seq: int, entry: Marker | bytes) -> list[Output]:
+    def _decoded(self, entry: Marker | bytes) -> Marker | Rejected:
         if isinstance(entry, Marker):
-            return machine.marker_seen(seq, entry)
-        decoded = decode(entry, stream=STREAM, regions=self.regions)
-        if isinstance(decoded, Rejected):
-            self.stats["rejected"] += 1
-            return machine.marker_rejected(seq, decoded)
-        return machine.marker_seen(seq, decoded)
+            return entry
+        return decode(entry, stream=STREAM, regions=self.regions)
 
     def _wire(self, marker: Marker) -> Marker | bytes:
         return encode(marker) if self.p.codec else marker
@@ -739,12 +868,12 @@ class World:
         infos = self._infos(region)
         positions = {n: self._read_position(region, n) for n in infos}
         last = len(self.q[region])
-        if self.leaders[region] is not None:
-            for name in infos:
-                self.subs[name].copies[region].user_reset = False
-        for inst in self._instances(region):
+        running = self._instances(region)
+        if self.leaders[region] in running:
+            self._subscriptions_read(region, infos)
+        for inst in running:
             self._handle(region, inst, inst.machine.subscriptions_changed(infos))
-            inst.reported.update(positions)
+            inst.reported = dict(positions)  # a deleted subscription has no position
             runs = inst.machine.origin_index_runs
             self._handle(region, inst, inst.machine.positions_read(positions, last))
             if inst.machine.origin_index_runs < runs:
@@ -761,6 +890,14 @@ class World:
         }
 
     def _handle(self, region: str, inst: _Instance, outputs: list[Output]) -> None:
+        acts = [out for out in outputs if isinstance(out, _ACTIONS)]
+        if acts and inst.deposed:
+            raise Violation(
+                f"fencing: {region}'s leader of epoch {inst.epoch} acted after its region "
+                f"wrote with epoch {inst.seen[region]}: {acts[0]}"
+            )
+        if acts and inst is not self.leaders[region] and inst.alive_until is not None:
+            self.stats["stale_actions"] += len(acts)  # a zombie's or a woken frozen leader's
         for out in outputs:
             if isinstance(out, PublishReplicated):
                 self._note("publish", region, out.marker)
@@ -805,9 +942,15 @@ class World:
             )
         floor = min(action.ack_floor, len(self.q[region]))
         copy = sub.copies.get(region)
+        if copy is None and isinstance(action, MoveConsumer):
+            # Its user deleted it: the runtime logs `subscription_gone` and creates nothing
+            # (a stored cursor's `advance` does create an absent one).
+            self.stats["moves_gone"] += 1
+            return
         if copy is None:
-            copy = sub.copies[region] = _Copy(0, 1)
+            copy = sub.copies[region] = _Copy(0, 1, high=sub.deleted_high.get(region, 0))
             self.stats["creates"] += 1
+            self.stats["recreated"] += region in sub.deleted_high
         elif floor <= copy.floor:
             return  # the runtime moves forward only (and create-if-absent moves forward)
         self.stats["moves"] += 1
@@ -836,7 +979,9 @@ class World:
             sub.stalled_until = self.now + rng.randint(200, 2_500)
             return
         home = sub.home
-        copy = sub.copies[home]
+        copy = sub.copies.get(home)
+        if copy is None:
+            return  # its user deleted it and has not created it again yet
         q = self.q[home]
         batch = self.p.consume_batch
         copy.next_seq = max(copy.next_seq, self.q_first[home])  # removed ones are skipped
@@ -945,6 +1090,9 @@ class World:
                 ("failover", p.failovers),
                 ("garbage", p.garbage),
                 ("reset", p.resets),
+                ("purge", p.purges),
+                ("delete", p.deletions),
+                ("freeze", p.freezes),
             )
             if on
         ]
@@ -983,13 +1131,73 @@ class World:
             self._append_w(region, rng.randbytes(rng.randint(0, 40)))
         elif kind == "reset":
             self._reset(rng.choice(list(self.subs.values())))
+        elif kind == "purge":
+            self._purge(region)
+        elif kind == "delete":
+            self._delete(rng.choice(list(self.subs.values())))
+        elif kind == "freeze" and self.leaders[region] is not None:
+            self._freeze(region)
+
+    def _delete(self, sub: _SimConsumer) -> None:
+        """Its user deletes the subscription's copy in one region. The sidecar there learns it
+        at its next read of the subscriptions; the next update naming the region creates it
+        again (docs/operations.md, `subscription_gone`). In its home, the user creates it
+        again (deliver all) unless the sidecar did first; until then nothing is consumed."""
+        regions = [r for r in sub.copies if r != self.down]
+        if not regions:
+            return
+        region = self.rng.choice(regions)
+        copy = sub.copies.pop(region)
+        high = max(sub.deleted_high.get(region, 0), copy.high, copy.floor)
+        sub.deleted_high[region] = high
+        self.unseen_deletions.add((sub.name, region))
+        self.stats["deletions"] += 1
+        self._note("delete", sub.name, region, copy.floor)
+        if region == sub.home:
+            self._at(self.now + self.rng.randint(100, 1_500), self._user_create, sub.name, region)
+
+    def _user_create(self, name: str, region: str) -> None:
+        sub = self.subs[name]
+        if region in sub.copies:
+            return  # the sidecar created it first
+        self._note("user create", name, region)
+        self.stats["user_creates"] += 1
+        high = sub.deleted_high[region]
+        sub.copies[region] = _Copy(0, 1, high=high, user_reset=True)
+        if region == sub.home:
+            sub.replay_until = max(sub.replay_until, high)
+
+    def _freeze(self, region: str) -> None:
+        """The leader's process freezes (a GC pause, a VM stall): it reads, ticks and acts on
+        nothing until it wakes. Shorter than the lease, it resumes as leader. Longer, the lease
+        expires and a new leader takes over (`_takeover`); the old one wakes later with the
+        state and epoch it had, and acts (a zombie) until it sees its region write with the
+        newer epoch, or its runtime finds the lease lost."""
+        leader = self.leaders[region]
+        assert leader is not None
+        rng = self.rng
+        self.stats["freezes"] += 1
+        frozen = rng.randint(50, 3 * LEASE_MS) if rng.random() < 0.7 else rng.randint(50, 6_000)
+        leader.frozen_until = max(leader.frozen_until, self.now + frozen)
+        self._note("freeze", region, leader.epoch, leader.frozen_until)
+        if leader.frozen_until - self.now < LEASE_MS:
+            return
+        leader.alive_until = leader.frozen_until + rng.randint(0, LEASE_MS)
+        self.leaders[region] = None
+        self.zombies[region].append(leader)
+        self._at(self.now + LEASE_MS, self._takeover, region)
+
+    def _takeover(self, region: str) -> None:
+        if self.leaders[region] is None:
+            self.stats["takeovers"] += 1
+            self._restart(region)
 
     def _reset(self, sub: _SimConsumer) -> None:
         """Its user resets the consumer in its home backwards (to replay): the ack floor goes
         down, possibly below what the sidecar trimmed from its origin index. Other regions
         must not move back; the messages stay consumed."""
-        copy = sub.copies[sub.home]
-        if copy.floor == 0:
+        copy = sub.copies.get(sub.home)
+        if copy is None or copy.floor == 0:
             return
         floor = 0 if self.rng.random() < 0.3 else self.rng.randint(0, copy.floor - 1)
         self._note("reset", sub.name, sub.home, copy.floor, floor)
@@ -1065,8 +1273,11 @@ class World:
         self.leaders[down] = None
         self.zombies[down].clear()
         for r in live:
-            if self.leaders[r] is None:
+            leader = self.leaders[r]
+            if leader is None:
                 self._restart(r)
+            else:
+                leader.frozen_until = 0
         for sub in self.subs.values():
             if sub.home == down:
                 self._failover(sub)
@@ -1181,14 +1392,22 @@ class World:
             self.stats[removed[0]] += 1
             return removed[1]
         for copy in self.copies_of.get(data.msg_id, [data]):
-            for x, there in sub.copies.items():
+            for x in self.regions:
                 if not self._gone(copy.origin, copy.origin_seq, x):
                     continue
                 resume = self.landed[(copy.origin, x)].after_seq(copy.origin_seq)
-                if resume is not None and max(there.high, there.floor) >= resume:
+                if resume is not None and self._passed(sub, x) >= resume:
                     self.stats["excused_never_reached"] += 1
                     return f"{copy} never reached {x}, passed there"
         return None
+
+    def _passed(self, sub: _SimConsumer, region: str) -> int:
+        """How far the subscription's copy in `region` ever got (before a user reset or
+        deletion too); 0 where it never existed."""
+        there = sub.copies.get(region)
+        if there is None:
+            return sub.deleted_high.get(region, 0)
+        return max(there.high, there.floor)
 
     def _check_vector(self, region: str, update: Update) -> None:
         """Claim 1: every data message `(o, s)` with `s <= v[o]` that Q_region holds or will
@@ -1275,7 +1494,7 @@ class World:
             return
         for sub in self.subs.values():
             home = sub.home
-            if home == self.down:
+            if home == self.down or home not in sub.copies:
                 continue
             m = self._effective(home, sub.name)
             for b in self.regions:
@@ -1312,6 +1531,26 @@ class World:
             )
         self.stats["outage_advances"] += 1
 
+    def _check_fenced(
+        self, region: str, inst: _Instance, marker: Marker, outputs: list[Output]
+    ) -> None:
+        """Fencing (docs/protocol.md §2): a marker whose epoch is below one its region already
+        wrote, as fed to this instance, changes nothing (no action, nothing applied); once an
+        instance was fed a marker its own region wrote with a newer epoch than its own, it
+        never acts again (`_handle`)."""
+        seen = inst.seen.get(marker.region, 0)
+        if marker.epoch < seen:
+            acted = [o for o in outputs if not isinstance(o, MarkerIgnored | MarkerRejected)]
+            if acted:
+                raise Violation(
+                    f"fencing: {region} acted on {_short(marker)} after {marker.region} wrote "
+                    f"with epoch {seen}: {acted[0]}"
+                )
+        inst.seen[marker.region] = max(seen, marker.epoch)
+        if marker.region == region and marker.epoch > inst.epoch and not inst.deposed:
+            inst.deposed = True
+            self.stats["deposed"] += 1
+
     def _check_applied(self, region: str, inst: _Instance, outputs: list[Output]) -> None:
         if inst is not self.leaders[region]:
             return
@@ -1324,6 +1563,8 @@ class World:
             copy = self.subs[out.subscription].copies.get(region)
             if out.position is None or (copy is not None and copy.user_reset):
                 continue  # the machine decided on a position read before the user's reset
+            if copy is None and (out.subscription, region) in self.unseen_deletions:
+                continue  # deleted since the sidecar read the subscriptions: the next update
             if copy is None or self._covered(region, copy) < out.position:
                 raise Violation(
                     f"{region}: update of {out.subscription} to {out.position} from "
