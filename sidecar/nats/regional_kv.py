@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
@@ -120,6 +121,9 @@ async def _raise_replicas(
             await js.update_stream(dataclasses.replace(config, num_replicas=count))
         except APIError as err:
             error = err.description or repr(err)
+            continue
+        except (TimeoutError, NatsError) as err:  # e.g. no permission: the request times out
+            error = repr(err)
             continue
         log.info("kv_bucket_replicas_raised", bucket=bucket, replicas=count, before=current)
         return
