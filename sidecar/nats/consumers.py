@@ -2,11 +2,14 @@
 
 - `PositionReader.read()` lists the stream's consumers with one `CONSUMER.LIST` request per
   256 consumers and returns every durable, flagged `replicated` when its metadata has
-  `rsub.replicate: "true"`, with its mark-delete position `M` (DESIGN §2):
-  `M = ack_floor.stream_seq`, except that a
-  consumer with nothing pending and nothing awaiting ack has consumed everything, so its
-  `M` is the stream's last sequence read *before* the listing. Replicated consumers with a
-  deliver policy other than `all` / `by_start_sequence` are skipped and logged once.
+  `rsub.replicate: "true"`, with its mark-delete position `M` (DESIGN §2): a consumer with
+  nothing pending and nothing awaiting ack has consumed everything, so its `M` is the
+  stream's last sequence read *before* the listing; a replicated one with something pending
+  stands at its ack floor extended over the messages after it that it does not deliver
+  (markers, subjects outside its filters; `sidecar.nats.effective`), so the update that
+  its own progress echoes back from another region finds it there already. Replicated
+  consumers with a deliver policy other than `all` / `by_start_sequence` are skipped and
+  logged once.
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
   the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+), holding the consumer
   paused (`CONSUMER.PAUSE`) between its last check and the reset; never when only messages
@@ -19,7 +22,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +32,7 @@ from nats.errors import Error as NatsError
 from nats.js.errors import APIError
 
 from sidecar.nats import jsapi
+from sidecar.nats.effective import EffectivePositions, Floor, filters_of, first_delivered
 
 log = structlog.get_logger(__name__)
 
@@ -83,7 +87,9 @@ def is_replicated(config: Mapping[str, Any]) -> bool:
 
 
 def position_of(info: Mapping[str, Any], last_seq: int) -> ConsumerPosition:
-    """The mark-delete position of one consumer, from its `CONSUMER.INFO`-shaped JSON."""
+    """The position of one consumer from its `CONSUMER.INFO`-shaped JSON: `last_seq` when it
+    has nothing pending and nothing awaiting ack, else its ack floor (which
+    `PositionReader.read` extends to the effective position)."""
     ack_floor = int((info.get("ack_floor") or {}).get("stream_seq", 0))
     pending = int(info.get("num_pending", 0))
     ack_pending = int(info.get("num_ack_pending", 0))
@@ -108,6 +114,7 @@ class PositionReader:
         self._stream = stream
         self._timeout = timeout_s
         self._reported: set[SkippedConsumer] = set()
+        self._effective = EffectivePositions(stream, timeout_s=timeout_s)
 
     async def read(self, nc: Client) -> Positions:
         last_seq = await stream_last_seq(nc, self._stream, timeout_s=self._timeout)
@@ -135,6 +142,19 @@ class PositionReader:
                     )
                 continue
             consumers.append(position_of(info, last_seq))
+        # `last_seq` was read before the listing, and so before the scan, as it must be.
+        effective = await self._effective.read(
+            nc,
+            {
+                c.name: Floor(c.ack_floor, filters_of(c.config))
+                for c in consumers
+                if c.replicated and c.mark_delete < last_seq  # at its ack floor: data pending
+            },
+            last_seq,
+        )
+        consumers = [
+            replace(c, mark_delete=effective.get(c.name, c.mark_delete)) for c in consumers
+        ]
         return Positions(self._stream, last_seq, tuple(consumers), tuple(skipped))
 
     async def _list(self, nc: Client) -> list[dict[str, Any]]:
@@ -189,7 +209,8 @@ async def move_forward(
         return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
     # The messages between the consumer and `start` stay as they are (a stream only grows at
     # its end, past `start - 1`), so this holds under the pause below too.
-    first = await _first_delivered_from(nc, stream, info, _reached(info) + 1, timeout_s)
+    filters = filters_of(info.get("config") or {})
+    first = await first_delivered(nc, stream, _reached(info) + 1, filters, timeout_s=timeout_s)
     if first is None or first >= start:
         log.debug(
             "subscription_move_skipped",
@@ -244,23 +265,6 @@ def _reached(info: Mapping[str, Any]) -> int:
 def _behind(info: Mapping[str, Any], start: int) -> bool:
     """Whether the consumer has neither acked nor delivered up to `start - 1`."""
     return start - 1 > _reached(info)
-
-
-async def _first_delivered_from(
-    nc: Client, stream: str, info: Mapping[str, Any], seq: int, timeout_s: float
-) -> int | None:
-    """The first sequence at or after `seq` of a message the consumer delivers (one that
-    matches its filters), or None when there is none."""
-    config = info.get("config") or {}
-    single = config.get("filter_subject")
-    filters = config.get("filter_subjects") or ([single] if single else [">"])
-    found = [
-        int(msg["seq"])
-        for subject in filters
-        if (msg := await jsapi.msg_get(nc, stream, seq, next_by_subj=subject, timeout_s=timeout_s))
-        is not None
-    ]
-    return min(found, default=None)
 
 
 async def _pause(nc: Client, stream: str, durable: str) -> bool:

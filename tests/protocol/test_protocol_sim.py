@@ -481,6 +481,23 @@ def test_checker_tells_edge_cases_from_loss(
     pytest.fail(f"{world.__name__}: no violation in 100 seeds")
 
 
+class ReadsThroughTheNextData(World):
+    """Reads a durable's effective position one message too far: through the first data
+    message after its floor (the scan's answer taken as consumed, an off-by-one)."""
+
+    def _effective(self, region: str, name: str) -> int:
+        return min(super()._effective(region, name) + 1, len(self.q[region]))
+
+
+def test_simulator_catches_an_effective_position_past_the_next_data_message() -> None:
+    for seed in range(100):
+        result = ReadsThroughTheNextData(seed, _drawn(None)(seed)).run()
+        if result.violation:
+            assert any(s in result.violation for s in ("loss", "never consumed")), result.report()
+            return
+    pytest.fail("ReadsThroughTheNextData: no violation in 100 seeds")
+
+
 def test_partial_snapshot_is_also_caught_by_the_data_property() -> None:
     """Filling the silent region's position in with the request's own slot is still unsafe."""
 

@@ -9,7 +9,9 @@ Model (one virtual stream `V`, regions r0..rN-1):
 - per region a sidecar: a leader instance and possibly zombie instances (old leaders still
   running with a stale epoch); each instance ticks, tails the markers of Q and, apart,
   the origins of its data messages (`data_indexed`), each lagging by a random amount, and
-  reads positions; its outputs are carried out at once (publishes, moves, creates); a
+  reads positions (effective ones, as the runtime reads them: the stream's end when nothing
+  is left to deliver, else the ack floor extended over the markers and removed messages
+  right after it); its outputs are carried out at once (publishes, moves, creates); a
   restarted one is rebuilt with `StreamMachine.restore` from the markers and data in Q;
 - replicated subscriptions with a home region whose consumer delivers and acks data in
   order, in bursts, out of order or stalls; copies elsewhere are moved only by updates;
@@ -1109,8 +1111,10 @@ class World:
         return position
 
     def _effective(self, region: str, name: str) -> int:
-        """Ack floor, or the read stream's last seq when nothing is pending or unacked
-        (pending counts only what limits left in the stream)."""
+        """The read stream's last seq when nothing is pending or unacked (pending counts
+        only what limits left in the stream), else the ack floor extended over what the
+        consumer does not deliver right after it (`_covered`: markers, and removed
+        messages, which the runtime's `STREAM.MSG.GET` with `next_by_subj` skips too)."""
         copy = self.subs[name].copies[region]
         q = self.q[region]
         seq = max(copy.next_seq, copy.floor + 1, self.q_first[region])
@@ -1118,7 +1122,7 @@ class World:
             seq += 1
         if not copy.delivered and seq > len(q):
             return len(q)
-        return copy.floor
+        return self._covered(region, copy)
 
     def _covered(self, region: str, copy: _Copy) -> int:
         """The ack floor extended over what it cannot deliver right after it (markers and
