@@ -27,6 +27,7 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
+from nats.js.api import ConsumerInfo
 from nats.js.errors import NotFoundError
 
 from rsub_dev.chaos.checker import Violation, check, summary
@@ -103,6 +104,22 @@ async def run_seed(
         run.history.notes.append(f"run stopped early: {exc!r}")
         log.warning("chaos_run_stopped", seed=seed, problem=repr(exc))
     return _finish(run.history, directory, time.monotonic() - started, keep=keep)
+
+
+def leader_floor(info: ConsumerInfo) -> int | None:
+    """The ack floor a `CONSUMER.INFO` answer reports, or None when no consumer leader gave it.
+
+    A server that holds a replica of the consumer but has not set it up yet (restarting)
+    answers by itself with the configuration, an empty state and no cluster information
+    (nats-server `jsConsumerInfoRequest`: "assigned but have not created a node yet"), and
+    a replica of a consumer that never had a leader since it started answers with its own
+    state and no leader. Neither is the consumer's position: chaos seed 33 read floor 0 so,
+    0.3 s after west's servers restarted from a region kill, then 450 from its leader.
+    The campaign's regions are clusters, so every real answer names the consumer's leader.
+    """
+    if info.cluster is None or not info.cluster.leader:
+        return None
+    return info.ack_floor.stream_seq if info.ack_floor else 0
 
 
 def _prepare(directory: Path, plan: Plan) -> None:
@@ -427,10 +444,11 @@ class Run:
                     )
                 except (NatsError, TimeoutError):
                     continue
-                floor = info.ack_floor.stream_seq if info.ack_floor else 0
-                self.history.positions.append(
-                    Position(name, region, started, self.now(), floor or 0, "consumer")
-                )
+                floor = leader_floor(info)
+                if floor is not None:
+                    self.history.positions.append(
+                        Position(name, region, started, self.now(), floor, "consumer")
+                    )
 
     def _stub(self, region: str) -> tuple[grpc.Channel, Any, Any] | None:
         proc = self.sidecars.get(region)
