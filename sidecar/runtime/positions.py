@@ -55,7 +55,10 @@ class LocalSubscriptions:
         self.cursors = await store.load(self._vs.name)
         # `read.last_seq` was read before the scan for trailing markers, as it must be.
         cursors = await self._trailing.effective(nc, self.cursors, read.last_seq)
-        self.durables = {
+        # A durable listed without its state stays as last read, with no position: dropped,
+        # the machine would take it for deleted and forget what it holds for it.
+        kept = {name: self.durables[name] for name in read.unknown if name in self.durables}
+        self.durables = kept | {
             c.name: SubscriptionInfo(
                 SubscriptionKind.DURABLE, c.replicated, json.dumps(c.config).encode()
             )
