@@ -89,6 +89,29 @@ def test_a_floor_moving_back_is_caught_unless_its_user_deleted_it(history: Histo
     assert "forward_only" not in rules(check(history))
 
 
+def test_a_deletion_excuses_a_floor_moving_back_only_if_it_may_lie_between(
+    history: History,
+) -> None:
+    """A deletion known to have happened between its request (`at`) and when it was seen
+    done (`until`): seed 72's request timed out, the durable was gone all the same."""
+    last = max(
+        (p for p in history.positions if p.floor > 0 and p.source == "consumer"),
+        key=lambda p: p.started,
+    )
+    back = Position(
+        last.durable, last.region, last.at + 1, last.at + 2, last.floor - 1, last.source
+    )
+    history.positions.append(back)
+    # Done before the floor was read: the floor moved back after it, not across it.
+    history.deletions.append(
+        UserDeletion(last.durable, last.region, last.started - 9, last.started - 1)
+    )
+    assert "forward_only" in rules(check(history))
+    # Sent before that read, seen done after it: it may lie between the two reads.
+    history.deletions[-1] = UserDeletion(last.durable, last.region, last.started - 9, last.at + 1.5)
+    assert "forward_only" not in rules(check(history))
+
+
 def consumer_info(floor: int, cluster: dict[str, Any] | None) -> ConsumerInfo:
     """A `CONSUMER.INFO` answer as nats-server 2.15 shapes it."""
     zero = {"consumer_seq": 0, "stream_seq": 0}

@@ -18,6 +18,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 from nats.js.errors import NotFoundError
 
@@ -619,12 +621,44 @@ class Run:
         if not names:
             return "skipped: every durable is consumed there"
         name = self.rng.choice(names)
+        js = self.ncs[region].jetstream(timeout=_CALL_TIMEOUT_S)
+        stream = self.vs.read_stream(region)
         try:
-            await self.ncs[region].jetstream().delete_consumer(self.vs.read_stream(region), name)
+            created = (await js.consumer_info(stream, name)).created
         except NotFoundError:
             return f"{name} absent"
-        self.history.deletions.append(UserDeletion(name, region, self.now()))
+        sent = self.now()
+        try:
+            await js.delete_consumer(stream, name)
+        except NotFoundError:
+            return f"{name} absent"
+        except (NatsError, TimeoutError) as exc:
+            # The request may have deleted it all the same (seed 72: the sidecar had to
+            # create it again 1.8 s after the request timed out): ask until it is known.
+            if not await self._deleted(js, stream, name, created):
+                raise
+            self.history.deletions.append(UserDeletion(name, region, sent, self.now()))
+            return f"{name} (the request failed: {exc!r}; the durable was deleted)"
+        self.history.deletions.append(UserDeletion(name, region, sent, self.now()))
         return name
+
+    async def _deleted(
+        self, js: JetStreamContext, stream: str, name: str, created: datetime
+    ) -> bool:
+        """Whether durable `name`, created at `created`, is gone or was replaced since (30 s
+        of asking; False when no leader answered)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                info = await js.consumer_info(stream, name)
+            except NotFoundError:
+                return True
+            except (NatsError, TimeoutError):
+                info = None
+            if info is not None and leader_floor(info) is not None:
+                return bool(info.created != created)
+            await asyncio.sleep(1)
+        return False
 
     async def _purge(self, region: str, fraction: float) -> str:
         stored = await read_stored(
