@@ -10,6 +10,8 @@
   its own progress echoes back from another region finds it there already. Replicated
   consumers with a deliver policy other than `all` / `by_start_sequence` are skipped and
   logged once.
+  A durable listed without its state (`has_state`), or named `missing` in the listing, is
+  returned as unknown, with no position.
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
   the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+), holding the consumer
   paused (`CONSUMER.PAUSE`) between its last check and the reset; never when only messages
@@ -74,6 +76,8 @@ class Positions:
     last_seq: int
     consumers: tuple[ConsumerPosition, ...]
     skipped: tuple[SkippedConsumer, ...]
+    # Consumers the listing named without their state: their position is not known now.
+    unknown: frozenset[str] = frozenset()
 
 
 async def stream_last_seq(nc: Client, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> int:
@@ -84,6 +88,26 @@ async def stream_last_seq(nc: Client, stream: str, *, timeout_s: float = _DEFAUL
 def is_replicated(config: Mapping[str, Any]) -> bool:
     metadata = config.get("metadata") or {}
     return bool(metadata.get(REPLICATE_KEY) == "true")
+
+
+def has_state(info: Mapping[str, Any]) -> bool:
+    """Whether a consumer's `CONSUMER.INFO`-shaped JSON carries its state.
+
+    A clustered server fills in a consumer it could not ask, with its configuration, an
+    empty state (ack floor 0, nothing pending) and a cluster that names no leader: in a
+    `CONSUMER.LIST`, a consumer whose servers are all offline (nats-server
+    `jsClusteredConsumerListRequest`; an R1 durable whose server was shut down). Read as a
+    position, "nothing pending" would say it consumed the whole stream. A consumer's leader
+    names itself; a server outside a cluster reports no cluster and is its own leader.
+    """
+    cluster = info.get("cluster")
+    return cluster is None or bool(cluster.get("leader"))
+
+
+def _name(info: Mapping[str, Any]) -> str:
+    """A listed consumer's name (a filled-in one carries it in its configuration only)."""
+    config = info.get("config") or {}
+    return str(info.get("name") or config.get("durable_name") or config.get("name") or "")
 
 
 def position_of(info: Mapping[str, Any], last_seq: int) -> ConsumerPosition:
@@ -120,10 +144,15 @@ class PositionReader:
         last_seq = await stream_last_seq(nc, self._stream, timeout_s=self._timeout)
         consumers: list[ConsumerPosition] = []
         skipped: list[SkippedConsumer] = []
-        for info in await self._list(nc):
+        infos, missing = await self._list(nc)
+        unknown = set(missing)
+        for info in infos:
             config = info.get("config") or {}
             if not config.get("durable_name"):
                 continue  # ephemeral consumers are nobody's subscription
+            if not has_state(info):
+                unknown.add(_name(info))
+                continue
             policy = str(config.get("deliver_policy", "all"))
             if is_replicated(config) and policy not in SUPPORTED_DELIVER_POLICIES:
                 skip = SkippedConsumer(
@@ -155,21 +184,32 @@ class PositionReader:
         consumers = [
             replace(c, mark_delete=effective.get(c.name, c.mark_delete)) for c in consumers
         ]
-        return Positions(self._stream, last_seq, tuple(consumers), tuple(skipped))
+        return Positions(
+            self._stream, last_seq, tuple(consumers), tuple(skipped), frozenset(unknown)
+        )
 
-    async def _list(self, nc: Client) -> list[dict[str, Any]]:
+    async def _list(self, nc: Client) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every consumer listed, and the names of those the listing went without (`missing`:
+        no leader of theirs answered in time; the offline ones are also listed, stateless)."""
         infos: list[dict[str, Any]] = []
+        missing: list[str] = []
+        offset = 0
         while True:
             page = await jsapi.request(
                 nc,
                 f"CONSUMER.LIST.{self._stream}",
-                {"offset": len(infos)},
+                {"offset": offset},
                 timeout_s=self._timeout,
             )
             batch = page.get("consumers") or []
+            gone = [str(name) for name in page.get("missing") or []]
             infos.extend(batch)
-            if not batch or len(infos) >= int(page.get("total", 0)):
-                return infos
+            missing.extend(gone)
+            # A page's place in the listing counts the consumers it went without too.
+            on_page = {_name(info) for info in batch} | set(gone)
+            offset += len(on_page)
+            if not on_page or offset >= int(page.get("total", 0)):
+                return infos, missing
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,10 @@ class LocalSubscriptions:
         cursors = await self._cursor_positions.read(
             nc, {name: self._floor(value) for name, value in self.cursors.items()}, read.last_seq
         )
-        self.durables = {
+        # A durable listed without its state stays as last read, with no position: dropped,
+        # the machine would take it for deleted and forget what it holds for it.
+        kept = {name: self.durables[name] for name in read.unknown if name in self.durables}
+        self.durables = kept | {
             c.name: SubscriptionInfo(
                 SubscriptionKind.DURABLE, c.replicated, json.dumps(c.config).encode()
             )
