@@ -616,13 +616,14 @@ class LocalSuperCluster:
 
     # ----- faults ----------------------------------------------------------------------
 
-    async def stop_server(self, region: str, index: int) -> None:
-        """Kill one server at once (SIGKILL, like a machine loss); its data dir stays."""
+    async def stop_server(self, region: str, index: int, *, kill: bool = True) -> None:
+        """Kill one server at once (SIGKILL, like a machine loss), or with `kill=False` shut
+        it down cleanly (SIGTERM, as a rolling restart does); its data dir stays."""
         spec = self._spec(region, index)
         proc = self._procs.pop(spec.name, None)
         if proc is not None:
-            await stop_process(proc, kill=True)
-            log.info("server_killed", server=spec.name)
+            await stop_process(proc, kill=kill)
+            log.info("server_killed" if kill else "server_stopped", server=spec.name)
 
     async def start_server(self, region: str, index: int) -> None:
         """Restart a stopped server with the same ports and data; call `wait_ready` after."""

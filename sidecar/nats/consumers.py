@@ -2,11 +2,16 @@
 
 - `PositionReader.read()` lists the stream's consumers with one `CONSUMER.LIST` request per
   256 consumers and returns every durable, flagged `replicated` when its metadata has
-  `rsub.replicate: "true"`, with its mark-delete position `M` (DESIGN §2):
-  `M = ack_floor.stream_seq`, except that a
-  consumer with nothing pending and nothing awaiting ack has consumed everything, so its
-  `M` is the stream's last sequence read *before* the listing. Replicated consumers with a
-  deliver policy other than `all` / `by_start_sequence` are skipped and logged once.
+  `rsub.replicate: "true"`, with its mark-delete position `M` (DESIGN §2): a consumer with
+  nothing pending and nothing awaiting ack has consumed everything, so its `M` is the
+  stream's last sequence read *before* the listing; a replicated one with something pending
+  stands at its ack floor extended over the messages after it that it does not deliver
+  (markers, subjects outside its filters; `sidecar.nats.effective`), so the update that
+  its own progress echoes back from another region finds it there already. Replicated
+  consumers with a deliver policy other than `all` / `by_start_sequence` are skipped and
+  logged once.
+  A durable listed without its state (`has_state`), or named `missing` in the listing, is
+  returned as unknown, with no position.
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
   the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+), holding the consumer
   paused (`CONSUMER.PAUSE`) between its last check and the reset; never when only messages
@@ -19,7 +24,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +34,7 @@ from nats.errors import Error as NatsError
 from nats.js.errors import APIError
 
 from sidecar.nats import jsapi
+from sidecar.nats.effective import EffectivePositions, Floor, filters_of, first_delivered
 
 log = structlog.get_logger(__name__)
 
@@ -70,6 +76,8 @@ class Positions:
     last_seq: int
     consumers: tuple[ConsumerPosition, ...]
     skipped: tuple[SkippedConsumer, ...]
+    # Consumers the listing named without their state: their position is not known now.
+    unknown: frozenset[str] = frozenset()
 
 
 async def stream_last_seq(nc: Client, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> int:
@@ -82,8 +90,30 @@ def is_replicated(config: Mapping[str, Any]) -> bool:
     return bool(metadata.get(REPLICATE_KEY) == "true")
 
 
+def has_state(info: Mapping[str, Any]) -> bool:
+    """Whether a consumer's `CONSUMER.INFO`-shaped JSON carries its state.
+
+    A clustered server fills in a consumer it could not ask, with its configuration, an
+    empty state (ack floor 0, nothing pending) and a cluster that names no leader: in a
+    `CONSUMER.LIST`, a consumer whose servers are all offline (nats-server
+    `jsClusteredConsumerListRequest`; an R1 durable whose server was shut down). Read as a
+    position, "nothing pending" would say it consumed the whole stream. A consumer's leader
+    names itself; a server outside a cluster reports no cluster and is its own leader.
+    """
+    cluster = info.get("cluster")
+    return cluster is None or bool(cluster.get("leader"))
+
+
+def _name(info: Mapping[str, Any]) -> str:
+    """A listed consumer's name (a filled-in one carries it in its configuration only)."""
+    config = info.get("config") or {}
+    return str(info.get("name") or config.get("durable_name") or config.get("name") or "")
+
+
 def position_of(info: Mapping[str, Any], last_seq: int) -> ConsumerPosition:
-    """The mark-delete position of one consumer, from its `CONSUMER.INFO`-shaped JSON."""
+    """The position of one consumer from its `CONSUMER.INFO`-shaped JSON: `last_seq` when it
+    has nothing pending and nothing awaiting ack, else its ack floor (which
+    `PositionReader.read` extends to the effective position)."""
     ack_floor = int((info.get("ack_floor") or {}).get("stream_seq", 0))
     pending = int(info.get("num_pending", 0))
     ack_pending = int(info.get("num_ack_pending", 0))
@@ -108,15 +138,21 @@ class PositionReader:
         self._stream = stream
         self._timeout = timeout_s
         self._reported: set[SkippedConsumer] = set()
+        self._effective = EffectivePositions(stream, timeout_s=timeout_s)
 
     async def read(self, nc: Client) -> Positions:
         last_seq = await stream_last_seq(nc, self._stream, timeout_s=self._timeout)
         consumers: list[ConsumerPosition] = []
         skipped: list[SkippedConsumer] = []
-        for info in await self._list(nc):
+        infos, missing = await self._list(nc)
+        unknown = set(missing)
+        for info in infos:
             config = info.get("config") or {}
             if not config.get("durable_name"):
                 continue  # ephemeral consumers are nobody's subscription
+            if not has_state(info):
+                unknown.add(_name(info))
+                continue
             policy = str(config.get("deliver_policy", "all"))
             if is_replicated(config) and policy not in SUPPORTED_DELIVER_POLICIES:
                 skip = SkippedConsumer(
@@ -135,21 +171,45 @@ class PositionReader:
                     )
                 continue
             consumers.append(position_of(info, last_seq))
-        return Positions(self._stream, last_seq, tuple(consumers), tuple(skipped))
+        # `last_seq` was read before the listing, and so before the scan, as it must be.
+        effective = await self._effective.read(
+            nc,
+            {
+                c.name: Floor(c.ack_floor, filters_of(c.config))
+                for c in consumers
+                if c.replicated and c.mark_delete < last_seq  # at its ack floor: data pending
+            },
+            last_seq,
+        )
+        consumers = [
+            replace(c, mark_delete=effective.get(c.name, c.mark_delete)) for c in consumers
+        ]
+        return Positions(
+            self._stream, last_seq, tuple(consumers), tuple(skipped), frozenset(unknown)
+        )
 
-    async def _list(self, nc: Client) -> list[dict[str, Any]]:
+    async def _list(self, nc: Client) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every consumer listed, and the names of those the listing went without (`missing`:
+        no leader of theirs answered in time; the offline ones are also listed, stateless)."""
         infos: list[dict[str, Any]] = []
+        missing: list[str] = []
+        offset = 0
         while True:
             page = await jsapi.request(
                 nc,
                 f"CONSUMER.LIST.{self._stream}",
-                {"offset": len(infos)},
+                {"offset": offset},
                 timeout_s=self._timeout,
             )
             batch = page.get("consumers") or []
+            gone = [str(name) for name in page.get("missing") or []]
             infos.extend(batch)
-            if not batch or len(infos) >= int(page.get("total", 0)):
-                return infos
+            missing.extend(gone)
+            # A page's place in the listing counts the consumers it went without too.
+            on_page = {_name(info) for info in batch} | set(gone)
+            offset += len(on_page)
+            if not on_page or offset >= int(page.get("total", 0)):
+                return infos, missing
 
 
 @dataclass(frozen=True)
@@ -189,7 +249,8 @@ async def move_forward(
         return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
     # The messages between the consumer and `start` stay as they are (a stream only grows at
     # its end, past `start - 1`), so this holds under the pause below too.
-    first = await _first_delivered_from(nc, stream, info, _reached(info) + 1, timeout_s)
+    filters = filters_of(info.get("config") or {})
+    first = await first_delivered(nc, stream, _reached(info) + 1, filters, timeout_s=timeout_s)
     if first is None or first >= start:
         log.debug(
             "subscription_move_skipped",
@@ -244,23 +305,6 @@ def _reached(info: Mapping[str, Any]) -> int:
 def _behind(info: Mapping[str, Any], start: int) -> bool:
     """Whether the consumer has neither acked nor delivered up to `start - 1`."""
     return start - 1 > _reached(info)
-
-
-async def _first_delivered_from(
-    nc: Client, stream: str, info: Mapping[str, Any], seq: int, timeout_s: float
-) -> int | None:
-    """The first sequence at or after `seq` of a message the consumer delivers (one that
-    matches its filters), or None when there is none."""
-    config = info.get("config") or {}
-    single = config.get("filter_subject")
-    filters = config.get("filter_subjects") or ([single] if single else [">"])
-    found = [
-        int(msg["seq"])
-        for subject in filters
-        if (msg := await jsapi.msg_get(nc, stream, seq, next_by_subj=subject, timeout_s=timeout_s))
-        is not None
-    ]
-    return min(found, default=None)
 
 
 async def _pause(nc: Client, stream: str, durable: str) -> bool:

@@ -7,10 +7,11 @@ and it works while the region is cut off), and a move is one compare-and-set. Mo
 forward only; concurrent writers retry on the revision. `cursor_commits()` follows the
 writes of every replica (the signal to read a stream's cursors again).
 
-`TrailingMarkers` turns stored cursors into the effective mark-delete positions handed to
-the protocol: a cursor that only markers follow (e.g. a finished Spark job whose cursor
-stands at the last data message, before snapshot markers) has consumed everything, so its
-position is the read stream's last sequence, as for a durable with nothing pending.
+A stored cursor is a floor whose reader delivers the data messages (`vs.data_filter()`): its
+mark-delete position handed to the protocol is its effective position
+(`sidecar.nats.effective`), so a cursor that only markers follow (e.g. a finished Spark job
+whose cursor stands at the last data message, before snapshot markers) has consumed
+everything and stands at the read stream's last sequence, as a durable with nothing pending.
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
 
 import structlog
-from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from sidecar.nats import jsapi, stream_reader
+from sidecar.nats import stream_reader
 
 log = structlog.get_logger(__name__)
 
@@ -94,71 +93,6 @@ def _parse(stream: str, value: bytes | None) -> dict[str, int]:
         else:
             log.error("cursor_unreadable", stream=stream, subscription=name, value=repr(seq))
     return cursors
-
-
-@dataclass
-class _Scan:
-    cursor: int  # the stored cursor this scan belongs to
-    clear_to: int  # no data message lies in (cursor, clear_to]
-    done: bool = False  # a data message lies at clear_to + 1: nothing more to learn
-
-
-class TrailingMarkers:
-    """Effective positions of the external cursors of one read stream (see module docstring).
-
-    Per cursor it remembers how far past the stored value the stream holds no data message
-    (`data_filter`), so each stored value costs one leader `STREAM.MSG.GET` with
-    `next_by_subj` once, plus one per interval only while new messages arrive after it.
-    """
-
-    def __init__(
-        self, stream: str, data_filter: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S
-    ) -> None:
-        self._stream = stream
-        self._filter = data_filter
-        self._timeout = timeout_s
-        self._scans: dict[str, _Scan] = {}
-
-    async def effective(
-        self, nc: Client, cursors: Mapping[str, int], last_seq: int
-    ) -> dict[str, int]:
-        """The effective position of every cursor; `last_seq` MUST be read before this call.
-
-        Safety: `last_seq` was read first, so every message at or below it was stored before
-        the scan looks; a scan finding no data message in (cursor, last_seq] therefore skips
-        no data, and data stored later has a sequence above `last_seq`, which is never claimed.
-        """
-        for gone in self._scans.keys() - cursors.keys():
-            del self._scans[gone]
-        positions: dict[str, int] = {}
-        for name, cursor in cursors.items():
-            scan = self._scans.get(name)
-            if scan is None or scan.cursor != cursor:
-                scan = self._scans[name] = _Scan(cursor, cursor)
-            if not scan.done and scan.clear_to < last_seq:
-                found = await self._next_data(nc, scan.clear_to + 1)
-                scan.done = found is not None
-                scan.clear_to = last_seq if found is None else found - 1
-            positions[name] = self.known(name, cursor, last_seq)
-        return positions
-
-    def known(self, name: str, cursor: int, last_seq: int) -> int:
-        """The effective position from what earlier scans learnt (no I/O; else `cursor`)."""
-        scan = self._scans.get(name)
-        if scan is None or scan.cursor != cursor:
-            return cursor
-        return max(cursor, min(scan.clear_to, last_seq))
-
-    async def _next_data(self, nc: Client, seq: int) -> int | None:
-        """The sequence of the first data message at or after `seq`, None when there is none.
-
-        Asked of the stream leader, not with a direct get: a lagging replica answering "none"
-        would claim data the cursor has not consumed.
-        """
-        found = await jsapi.msg_get(
-            nc, self._stream, seq, next_by_subj=self._filter, timeout_s=self._timeout
-        )
-        return int(found["seq"]) if found is not None else None
 
 
 async def cursor_commits(js: JetStreamContext, bucket: str) -> AsyncGenerator[str, None]:

@@ -8,14 +8,19 @@ The bucket keeps a region's leases and cursors: with one replica, losing the one
 holds it stops leadership and `CommitCursor` in the region (docs/reliability.md, seed 7). It
 is therefore replicated: `replicas` when given, else as many as the cluster can place up to
 `DEFAULT_REPLICAS`. A bucket found with fewer replicas is raised (a stream update can add
-replicas); one that cannot be raised is used as it is, with a warning.
+replicas); one that cannot be raised is used as it is. Fewer replicas than wanted is logged
+at warning level when `replicas` was given, at info level otherwise: a cluster too small
+for more (a one-server region) is then what the operator runs, not a fault.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import structlog
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
@@ -56,16 +61,19 @@ async def open_regional_kv(
     """Create (if absent) and bind the KV bucket `bucket`, placed in cluster `cluster`, with
     `replicas` replicas (None: as many as the cluster can place, up to `DEFAULT_REPLICAS`)."""
     wanted = [replicas] if replicas is not None else list(range(DEFAULT_REPLICAS, 0, -1))
+    fewer = log.warning if replicas is not None else log.info  # fewer replicas than wanted
     try:
         info = await js.stream_info(f"KV_{bucket}")
     except NotFoundError:
-        await _create(js, bucket, cluster, wanted)
+        await _create(js, bucket, cluster, wanted, fewer)
     else:
-        await _raise_replicas(js, bucket, info.config, wanted)
+        await _raise_replicas(js, bucket, info.config, wanted, fewer)
     return await js.key_value(bucket)
 
 
-async def _create(js: JetStreamContext, bucket: str, cluster: str, wanted: list[int]) -> None:
+async def _create(
+    js: JetStreamContext, bucket: str, cluster: str, wanted: list[int], fewer: Callable[..., Any]
+) -> None:
     for count in wanted:
         try:
             await js.add_stream(kv_stream_config(bucket, cluster, count))
@@ -85,7 +93,7 @@ async def _create(js: JetStreamContext, bucket: str, cluster: str, wanted: list[
                 raise
             continue
         if count < wanted[0]:
-            log.warning(
+            fewer(
                 "kv_bucket_replicas_reduced",
                 bucket=bucket,
                 cluster=cluster,
@@ -97,10 +105,15 @@ async def _create(js: JetStreamContext, bucket: str, cluster: str, wanted: list[
 
 
 async def _raise_replicas(
-    js: JetStreamContext, bucket: str, config: api.StreamConfig, wanted: list[int]
+    js: JetStreamContext,
+    bucket: str,
+    config: api.StreamConfig,
+    wanted: list[int],
+    fewer: Callable[..., Any],
 ) -> None:
     """Raise an existing bucket's replicas to the first count of `wanted` the cluster can
-    place; never lowers them. A bucket that cannot be raised is used as it is, said loudly."""
+    place; never lowers them. A bucket that cannot be raised is used as it is, said with
+    `fewer`."""
     current = config.num_replicas or 1
     error = ""
     for count in (c for c in wanted if c > current):
@@ -109,10 +122,13 @@ async def _raise_replicas(
         except APIError as err:
             error = err.description or repr(err)
             continue
+        except (TimeoutError, NatsError) as err:  # e.g. no permission: the request times out
+            error = repr(err)
+            continue
         log.info("kv_bucket_replicas_raised", bucket=bucket, replicas=count, before=current)
         return
     if wanted[0] > current:
-        log.warning(
+        fewer(
             "kv_bucket_replicas_low",
             bucket=bucket,
             replicas=current,

@@ -18,10 +18,10 @@ Inputs
                                        `check_writer` rejected.
     read_stream_advanced(last_seq)     the read stream's last sequence (from stream info).
     positions_read({sub: M}, last_seq) effective mark-delete positions of local subscriptions
-                                       (ack floor, or last_seq read *before* the consumer info
-                                       when nothing is pending; an external cursor's stored
-                                       value, or last_seq read *before* the check when no data
-                                       message follows it).
+                                       (a durable's ack floor or an external cursor's stored
+                                       value, extended over the messages after it that its
+                                       reader never delivers, up to last_seq read *before*
+                                       the check; last_seq when nothing is pending).
     subscriptions_changed({sub: SubscriptionInfo(kind, replicated, config)})
                                        the full set of local subscriptions of the stream.
     action_done(action, mark_delete)   a move or creation it asked for was carried out; the

@@ -37,8 +37,8 @@ One module per role:
 - `observer`: events and markers read, as metrics and structured logs;
 - `backend`: `RuntimeBackend`, the API's reads and writes (`SidecarBackend`);
 - `positions`: `LocalSubscriptions`, `V`'s durables (one consumer listing) and external
-  cursors (one KV get; a cursor that only markers follow counts as at the read stream's
-  end, `TrailingMarkers`), as last read;
+  cursors (one KV get), as last read, at their effective positions (a floor extended over
+  the markers after it: `sidecar.nats.effective`);
 - `handles`: the connection, cursor store and shard leases shared by the others; `clock`: now.
 
 Leadership is per stream: the lease of the stream's shard in the region's KV bucket

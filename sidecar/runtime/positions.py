@@ -8,7 +8,8 @@ from nats.aio.client import Client
 
 from sidecar.naming import VirtualStream
 from sidecar.nats import consumers
-from sidecar.nats.cursors import CursorStore, TrailingMarkers
+from sidecar.nats.cursors import CursorStore
+from sidecar.nats.effective import EffectivePositions, Floor
 from sidecar.protocol import SubscriptionInfo, SubscriptionKind
 from sidecar.runtime.clock import now_ms
 
@@ -27,7 +28,8 @@ class LocalSubscriptions:
         read_stream = vs.read_stream(region)
         self._vs = vs
         self._reader = consumers.PositionReader(read_stream)
-        self._trailing = TrailingMarkers(read_stream, vs.data_filter())
+        self._cursor_positions = EffectivePositions(read_stream)
+        self._data = (vs.data_filter(),)  # what a cursor's reader delivers
         self.durables: dict[str, SubscriptionInfo] = {}
         self.cursors: dict[str, int] = {}
         self.last_seq = 0
@@ -38,11 +40,12 @@ class LocalSubscriptions:
         self.read_created = 0
         """`created` when the last read began: a read that began before a creation lacks it."""
         self.follows_end = True
-        """Whether, at the last read, a position depended on the read stream's end: a
-        replicated durable with nothing pending (its position is `last_seq`) or an external
-        cursor (markers after it count as consumed). Such a position can move when only
-        the read stream grows; any other moves only by an ack, a reset, a commit or a
-        (re)creation (the signals `IntervalLoop` follows) or by what its sweep catches."""
+        """Whether, at the last read, a position depended on the read stream's end: an
+        external cursor (markers after it count as consumed) or a replicated durable at
+        `last_seq` (nothing pending, or only what it does not deliver after its floor).
+        Such a position can move when only the read stream grows; any other moves only by
+        an ack, a reset, a commit or a (re)creation (the signals `IntervalLoop` follows) or
+        by what its sweep catches."""
 
     def infos(self) -> dict[str, SubscriptionInfo]:
         """Every local subscription, for the machine's `subscriptions_changed`."""
@@ -53,9 +56,14 @@ class LocalSubscriptions:
         created = self.created
         read = await self._reader.read(nc)
         self.cursors = await store.load(self._vs.name)
-        # `read.last_seq` was read before the scan for trailing markers, as it must be.
-        cursors = await self._trailing.effective(nc, self.cursors, read.last_seq)
-        self.durables = {
+        # `read.last_seq` was read before the scan after the cursors, as it must be.
+        cursors = await self._cursor_positions.read(
+            nc, {name: self._floor(value) for name, value in self.cursors.items()}, read.last_seq
+        )
+        # A durable listed without its state stays as last read, with no position: dropped,
+        # the machine would take it for deleted and forget what it holds for it.
+        kept = {name: self.durables[name] for name in read.unknown if name in self.durables}
+        self.durables = kept | {
             c.name: SubscriptionInfo(
                 SubscriptionKind.DURABLE, c.replicated, json.dumps(c.config).encode()
             )
@@ -63,7 +71,7 @@ class LocalSubscriptions:
         }
         self.last_seq = read.last_seq
         self.follows_end = bool(self.cursors) or any(
-            c.replicated and c.num_pending == 0 and c.num_ack_pending == 0 for c in read.consumers
+            c.replicated and c.mark_delete >= read.last_seq for c in read.consumers
         )
         self.read_ms = now_ms()
         self.read_created = created
@@ -73,4 +81,7 @@ class LocalSubscriptions:
         """Record a cursor value just stored; its mark-delete position (the read stream's
         last sequence when only markers follow it, as far as already known)."""
         self.cursors[subscription] = value
-        return self._trailing.known(subscription, value, self.last_seq)
+        return self._cursor_positions.known(subscription, self._floor(value), self.last_seq)
+
+    def _floor(self, cursor: int) -> Floor:
+        return Floor(cursor, self._data)

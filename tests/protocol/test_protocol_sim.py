@@ -16,9 +16,11 @@ from rsub_dev.sim.world import Data, _SimConsumer
 from sidecar.protocol import (
     CreateConsumer,
     CreateCursor,
+    Marker,
     Output,
     StreamMachine,
     SubscriptionAction,
+    SubscriptionInfo,
 )
 from sidecar.protocol.machine import _Attempt, _Sub
 from sidecar.protocol.markers import MAX_POSITION
@@ -68,8 +70,20 @@ def test_many_seeded_safety_runs() -> None:
         "passed_removed_here",
         "resets",
         "replayed",
+        # Moves and creations that fail: reported failed, asked for again.
         "actions_failed",
         "retries",
+        # What real servers and users do besides (issue 12, item 3): limits by count, purges,
+        # deletions (created again by the sidecar), frozen leaders woken after a takeover.
+        "removed_q_count",
+        "purges",
+        "excused_purged",
+        "deletions",
+        "recreated",
+        "freezes",
+        "takeovers",
+        "stale_actions",
+        "deposed",
     ):
         assert totals[key] > 0, (key, totals)
 
@@ -246,6 +260,32 @@ BUSY_OUTAGE = SimParams(
 )
 
 
+class IgnoresDeletion(StreamMachine):
+    """Keeps a subscription its user deleted: the next update moves a durable that is not
+    there (the runtime finds nothing to move) instead of creating it again."""
+
+    def subscriptions_changed(self, subscriptions: Mapping[str, SubscriptionInfo]) -> list[Output]:
+        gone = {n: s.info for n, s in self._subs.items() if s.exists and n not in subscriptions}
+        return super().subscriptions_changed(gone | dict(subscriptions))
+
+
+class AcceptsStaleEpochs(StreamMachine):
+    """No fencing: acts on a marker whatever epoch its region wrote with since (a frozen
+    leader's, woken after a takeover)."""
+
+    def marker_seen(self, read_seq: int, marker: Marker) -> list[Output]:
+        seen = self._max_epoch.get(marker.region, 0)
+        self._max_epoch[marker.region] = min(seen, marker.epoch)
+        return super().marker_seen(read_seq, marker)
+
+
+class KeepsLeading(StreamMachine):
+    """Does not step down when its region writes with a newer epoch."""
+
+    def became_follower(self) -> list[Output]:
+        return []
+
+
 class ForgetsTrimPoint(StreamMachine):
     """Trims where it should but forgets where: a vector read after its user reset the
     consumer below that point names trimmed messages above `M`."""
@@ -271,8 +311,29 @@ def _with(**changes: Any) -> Callable[[int], SimParams]:
     return lambda seed: dataclasses.replace(SimParams.draw(random.Random(seed ^ 0x5EED)), **changes)
 
 
-# Every edge case of DESIGN §7 on.
-_edges = _with(duplicates=0.2, write_max_age_ms=800, read_max_age_ms=1_000, resets=True)
+# One kind of removal at a time.
+_no_removals = {
+    "write_max_age_ms": 0,
+    "read_max_age_ms": 0,
+    "write_max_msgs": 0,
+    "read_max_msgs": 0,
+    "purges": False,
+}
+
+# Every edge case of DESIGN §7 on, and everything else real servers and users do.
+_edges = _with(
+    duplicates=0.2,
+    write_max_age_ms=800,
+    read_max_age_ms=1_000,
+    resets=True,
+    read_max_msgs=500,
+    purges=True,
+    deletions=True,
+    freezes=True,
+    action_failures=0.3,
+)
+# Frozen leaders are then the only stale ones (a leader change leaves a zombie running).
+_freezes = _with(freezes=True, leader_changes=False)
 
 
 @pytest.mark.parametrize(
@@ -287,6 +348,11 @@ _edges = _with(duplicates=0.2, write_max_age_ms=800, read_max_age_ms=1_000, rese
         (TrimsUnrecorded, _drawn(None), ("claim 1", "loss")),
         (TrimsAtIndexEnd, lambda _: BUSY_OUTAGE, ("vector liveness",)),
         (ForgetsTrimPoint, lambda _: BUSY_RESETS, ("claim 1", "loss")),
+        # Caught first as "reported" (it answers a position for a copy that is gone), or as an
+        # update accepted but not carried out.
+        (IgnoresDeletion, _with(deletions=True), ("reported:", "not carried out", "liveness")),
+        (AcceptsStaleEpochs, _freezes, ("fencing",)),
+        (KeepsLeading, _freezes, ("fencing",)),
         # Nothing but the documented reasons is excused: with every edge case on, a machine
         # skipping messages never consumed is still caught.
         (PositionFromOwnOrigin, _edges, ("loss", "never consumed")),
@@ -329,8 +395,20 @@ class NoExcuse(World):
 class HomeOnlyRemoval(World):
     """Counts a removal as passed only under the consumer being read (the home)."""
 
-    def _passed_removed(self, sub: _SimConsumer, region: str, data: Data) -> None:
+    def _passed_removed(
+        self, sub: _SimConsumer, region: str, data: Data, purged: bool = False
+    ) -> None:
         if region == sub.home:
+            super()._passed_removed(sub, region, data, purged)
+
+
+class NoPurgeExcuse(World):
+    """Does not count a purge of a read stream as passing what it removed there."""
+
+    def _passed_removed(
+        self, sub: _SimConsumer, region: str, data: Data, purged: bool = False
+    ) -> None:
+        if not purged:
             super()._passed_removed(sub, region, data)
 
 
@@ -353,19 +431,32 @@ class FeedsSnapshotMarkers(World):
         # Proof case 2 happens: vectors cover copies never consumed whose twins were.
         (
             PhysicalCopies,
-            _with(duplicates=0.2, write_max_age_ms=0, read_max_age_ms=0),
+            _with(**_no_removals, duplicates=0.2),
             ("loss", "never consumed"),
         ),
         # Skips of messages that never reached a read stream happen, and are told from loss.
         (
             NoExcuse,
-            _with(write_max_age_ms=800, read_max_age_ms=0),
+            _with(**_no_removals | {"write_max_age_ms": 800}),
             ("loss", "never consumed", "skips"),
         ),
         # Skips of messages removed under a consumer happen, and are told from loss.
         (
             NoExcuse,
-            _with(write_max_age_ms=0, read_max_age_ms=1_000),
+            _with(**_no_removals | {"read_max_age_ms": 1_000}),
+            ("loss", "never consumed", "skips"),
+        ),
+        # Skips of messages removed by count limits happen too, and are told from loss.
+        (
+            NoExcuse,
+            _with(**_no_removals | {"read_max_msgs": 200, "heal_ms": 0}),
+            ("loss", "never consumed", "skips"),
+        ),
+        # A purge moves every consumer of the stream over what it removes (idle ones too):
+        # their vectors then skip those messages in the other regions (docs/protocol.md §6).
+        (
+            NoPurgeExcuse,
+            _with(**_no_removals | {"purges": True}),
             ("loss", "never consumed", "skips"),
         ),
         # A known limit of the documented rule (docs/protocol.md §6): a consumer left behind
@@ -373,7 +464,7 @@ class FeedsSnapshotMarkers(World):
         # consumed; its vector then skips them in the live home, where they are not removed.
         (
             HomeOnlyRemoval,
-            _with(write_max_age_ms=0, read_max_age_ms=1_000),
+            _with(**_no_removals | {"read_max_age_ms": 1_000}),
             ("loss", "never consumed", "skips"),
         ),
         (FeedsSnapshotMarkers, _drawn(None), ("fed to data_indexed",)),
@@ -388,6 +479,25 @@ def test_checker_tells_edge_cases_from_loss(
             assert any(s in result.violation for s in symptoms), result.report()
             return
     pytest.fail(f"{world.__name__}: no violation in 100 seeds")
+
+
+class ReadsThroughTheNextData(World):
+    """Reads a durable's effective position one message too far: through the first data
+    message after its floor (the scan's answer taken as consumed, an off-by-one)."""
+
+    def _effective(self, region: str, name: str) -> int:
+        return min(super()._effective(region, name) + 1, len(self.q[region]))
+
+
+def test_simulator_catches_an_effective_position_past_the_next_data_message() -> None:
+    for seed in range(100):
+        result = ReadsThroughTheNextData(seed, _drawn(None)(seed)).run()
+        if result.violation:
+            # What it claims is more than the copy has: the "reported" check sees it first.
+            symptoms = ("loss", "never consumed", "reported:")
+            assert any(s in result.violation for s in symptoms), result.report()
+            return
+    pytest.fail("ReadsThroughTheNextData: no violation in 100 seeds")
 
 
 def test_partial_snapshot_is_also_caught_by_the_data_property() -> None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -22,6 +23,8 @@ from sidecar.nats.consumers import (
     move_forward,
     set_replicated,
 )
+from sidecar.nats.effective import EffectivePositions, Floor
+from tests.support.runtime_servers import ServerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -50,10 +53,11 @@ async def durable(
     metadata: Mapping[str, str] | None = REPLICATED,
     **config: Any,
 ) -> JetStreamContext.PullSubscription:
+    """A durable on the data (`V.>`, unless `config` has other filters)."""
+    config.setdefault("filter_subject", f"{stream}.>")
     await js.add_consumer(
         stream,
         durable_name=name,
-        filter_subject=f"{stream}.>",
         ack_policy=api.AckPolicy.EXPLICIT,
         metadata=dict(metadata) if metadata is not None else None,
         **config,
@@ -92,6 +96,91 @@ async def test_positions_follow_the_ack_floor_and_the_stream_end_when_caught_up(
     assert by_name["unacked"].mark_delete == 0
     assert by_name["unacked"].num_ack_pending == 5
     assert positions.skipped == ()
+
+
+async def test_a_durable_with_data_pending_stands_past_what_it_does_not_deliver(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=2, markers=2)  # data 1-2, markers 3-4
+    await js.publish(f"{stream}.east.x", b"e", stream=stream)  # 5: outside west's filter
+    await publish(js, stream, data=1, markers=1)  # data 6 (pending everywhere), marker 7
+    # Delivers `V.>`: the markers after its floor are passed, not the data at 5.
+    data = await durable(js, stream, "data")
+    # Delivers `V.west.>` only: the east message at 5 is passed too, up to the data at 6.
+    west = await durable(js, stream, "west", filter_subject=f"{stream}.west.>")
+    # Delivers data and markers (several filters): nothing after its floor is passed.
+    both = await durable(
+        js, stream, "both", filter_subject=None, filter_subjects=[f"{stream}.>", "_rsub.>"]
+    )
+    # No filter at all: it delivers every message, so nothing is passed (and nothing asked).
+    everything = await durable(js, stream, "everything", filter_subject=None)
+    plain = await durable(js, stream, "plain", metadata=None, filter_subject=f"{stream}.west.>")
+    for sub in (data, west, both, everything, plain):
+        await consume(sub, 2)
+
+    positions = await PositionReader(stream).read(nc)
+
+    by_name = {c.name: c for c in positions.consumers}
+    assert {name: c.ack_floor for name, c in by_name.items()} == dict.fromkeys(by_name, 2)
+    assert {name: c.mark_delete for name, c in by_name.items()} == {
+        "data": 4,
+        "west": 5,
+        "both": 2,
+        "everything": 2,
+        "plain": 2,  # not replicated: nobody's position, never scanned
+    }
+
+
+async def test_an_effective_floor_never_reaches_past_last_seq(
+    nc: Client, js: JetStreamContext, stream: str
+) -> None:
+    await publish(js, stream, data=1, markers=2)  # data 1, markers 2-3
+    filters = (f"{stream}.west.>", f"{stream}.central.>")
+    positions = EffectivePositions(stream)
+    assert await positions.read(nc, {"d": Floor(1, filters)}, 2) == {"d": 2}
+    # What was stored after the caller read `last_seq` is never claimed, data or not.
+    await publish(js, stream, data=0, markers=1)  # 4
+    await js.publish(f"{stream}.central.x", b"c", stream=stream)  # 5: delivered
+    assert await positions.read(nc, {"d": Floor(1, filters)}, 4) == {"d": 4}
+    assert await positions.read(nc, {"d": Floor(1, filters)}, 5) == {"d": 4}
+    assert positions.known("d", Floor(1, filters), 9) == 4
+    assert positions.known("d", Floor(1, filters[:1]), 9) == 1  # other filters: not known
+
+
+async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
+    nc: Client, js_server: ServerProcess, js: JetStreamContext, stream: str
+) -> None:
+    requests: list[Msg] = []
+
+    async def count(msg: Msg) -> None:
+        requests.append(msg)
+
+    observer = await nats.connect(js_server.url)
+    try:
+        await observer.subscribe(f"$JS.API.STREAM.MSG.GET.{stream}", cb=count)
+        await observer.flush()
+        await publish(js, stream, data=3, markers=2)  # data 1-3, markers 4-5
+        sub = await durable(
+            js,
+            stream,
+            "d",
+            filter_subject=None,
+            filter_subjects=[f"{stream}.west.>", f"{stream}.east.>"],
+        )
+        await consume(sub, 1)
+        reader = PositionReader(stream)
+        for _ in range(3):
+            [position] = (await reader.read(nc)).consumers
+            assert position.mark_delete == 1
+        await observer.flush()
+        assert len(requests) == 2  # one per filter subject, for the first read only
+        await consume(sub, 2)  # floor 3: only markers after it, nothing pending
+        [position] = (await reader.read(nc)).consumers
+        assert position.mark_delete == 5
+        await observer.flush()
+        assert len(requests) == 2  # nothing pending: the stream's end, no scan
+    finally:
+        await observer.close()
 
 
 async def test_unsupported_deliver_policies_are_skipped_with_a_reason(

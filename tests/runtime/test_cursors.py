@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Mapping
 
 import nats
 import pytest
@@ -14,7 +15,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
-from sidecar.nats.cursors import CursorStore, TrailingMarkers
+from sidecar.nats.cursors import CursorStore
+from sidecar.nats.effective import EffectivePositions, Floor
 from sidecar.nats.regional_kv import open_regional_kv
 from tests.support.runtime_servers import ServerProcess
 
@@ -94,8 +96,26 @@ class ReadStream:
             ack = await self.js.publish(f"{self.name}.marker", b"m", stream=self.name)
         return ack.seq
 
-    def trailing(self) -> TrailingMarkers:
-        return TrailingMarkers(self.name, f"{self.name}.data.>")
+    def trailing(self) -> CursorPositions:
+        return CursorPositions(self.name, f"{self.name}.data.>")
+
+
+class CursorPositions:
+    """`EffectivePositions` of cursors whose reader delivers `data_filter` (as
+    `LocalSubscriptions` reads them)."""
+
+    def __init__(self, stream: str, data_filter: str) -> None:
+        self.positions = EffectivePositions(stream)
+        self.filters = (data_filter,)
+
+    async def effective(
+        self, nc: Client, cursors: Mapping[str, int], last_seq: int
+    ) -> dict[str, int]:
+        floors = {name: Floor(value, self.filters) for name, value in cursors.items()}
+        return await self.positions.read(nc, floors, last_seq)
+
+    def known(self, name: str, cursor: int, last_seq: int) -> int:
+        return self.positions.known(name, Floor(cursor, self.filters), last_seq)
 
 
 @pytest.fixture
@@ -173,6 +193,6 @@ async def test_each_stored_value_is_scanned_once_while_the_stream_is_quiet(
 
 
 async def test_a_missing_stream_is_an_error_not_a_position(nc: Client) -> None:
-    trailing = TrailingMarkers("no-such-stream", "orders.>")
+    trailing = CursorPositions("no-such-stream", "orders.>")
     with pytest.raises(NotFoundError):
         await trailing.effective(nc, {"spark": 1}, 5)

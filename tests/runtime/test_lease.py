@@ -6,6 +6,7 @@ import uuid
 
 import nats
 import pytest
+import structlog
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
@@ -44,6 +45,25 @@ async def test_bucket_is_placed_in_the_region_and_reopening_is_idempotent(
     assert info.config.max_msgs_per_subject == 1
     assert info.config.subjects == [f"$KV.{bucket}.>"]
     assert await again.put("k", b"v") > 0
+
+
+async def test_fewer_replicas_than_wanted_warn_only_when_a_count_was_configured(
+    js: JetStreamContext,
+) -> None:
+    """A stand-alone server places one replica. Unconfigured (as many as the cluster places),
+    that is what a one-server region is: info. Configured, it is a fault: warning."""
+    bucket = f"lease-{uuid.uuid4().hex[:8]}"
+
+    async def levels(replicas: int | None) -> dict[str, str]:
+        with structlog.testing.capture_logs() as events:
+            await open_regional_kv(js, bucket, "west", replicas=replicas)
+        return {e["event"]: e["log_level"] for e in events if "replicas" in e["event"]}
+
+    assert await levels(None) == {"kv_bucket_replicas_reduced": "info"}
+    assert await levels(None) == {"kv_bucket_replicas_low": "info"}
+    assert await levels(3) == {"kv_bucket_replicas_low": "warning"}
+    assert await levels(1) == {}
+    assert (await js.stream_info(f"KV_{bucket}")).config.num_replicas == 1
 
 
 async def test_first_candidate_acquires_second_follows_and_renewal_keeps_epoch(

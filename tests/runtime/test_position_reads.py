@@ -8,12 +8,14 @@ with the `rsub_position_reads_total` metric.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
@@ -21,8 +23,10 @@ from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import READY_TIMEOUT_S, sidecar_settings, wait_until
 from sidecar.api.errors import NotFound
 from sidecar.config import Config
+from sidecar.naming import VirtualStream
 from sidecar.nats import signals
 from sidecar.runtime import Runtime
+from tests.support.scenario_kit import snapshot_past_data
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +34,7 @@ STREAM = "orders"
 DURABLE = "app"
 INTERVAL_MS = 200
 NEVER = 100_000  # sweep_intervals: no sweep within a test
+VS = VirtualStream(STREAM, ("west", "east"))
 
 
 def config(cluster: LocalSuperCluster, region: str, sweep_intervals: int) -> Config:
@@ -222,3 +227,54 @@ async def test_a_cursor_committed_through_a_follower_reaches_the_leader(
         finally:
             await follower.stop()
             await west.close()
+
+
+async def test_a_durable_with_data_pending_is_not_moved_at_every_read(
+    cluster2: LocalSuperCluster,
+) -> None:
+    """West's durable acked what it got, markers followed, then data it has not fetched yet
+    (so it stands at its ack floor, below those markers). East's vector (west's own
+    progress, echoed) covers the acked data, so the position it places reaches over the
+    markers, up to the new data. Read at its bare ack floor, the durable stood below that
+    position at every read: the machine asked to move it each time, the move found nothing
+    of it to skip, and asked for the next read; forever (east's copy likewise)."""
+    async with sidecars(cluster2, NEVER) as runtimes:
+        conns = {r: await nats.connect(cluster2.servers(r)) for r in ("west", "east")}
+        try:
+            js = conns["west"].jetstream()
+            await west_durable(js)
+            await publish(js, [b"a", b"b", b"c"])
+            await consume_all(js, 3)
+            await east_caught_up(conns["east"].jetstream())
+
+            async def echoed() -> bool:
+                view = await runtimes["west"].get_subscription(STREAM, DURABLE)
+                return bool(view.progress)
+
+            await wait_until(echoed, "east's vector for the durable in west")
+            await publish(js, [b"d", b"e"])  # pending: west's ack floor stays below them
+            for runtime in runtimes.values():
+                await snapshot_past_data(conns[runtime.region], runtime, VS)
+            # A move of the durable begins with its `CONSUMER.INFO` (a listing reads none).
+            moves = {r: 0 for r in conns}
+
+            def counter(region: str) -> Callable[[Msg], Awaitable[None]]:
+                async def seen(_: Msg) -> None:
+                    moves[region] += 1
+
+                return seen
+
+            watches = [
+                await nc.subscribe(
+                    f"$JS.API.CONSUMER.INFO.{STREAM}-read-{r}.{DURABLE}", cb=counter(r)
+                )
+                for r, nc in conns.items()
+            ]
+            reads_before = reads(runtimes["west"])
+            await asyncio.sleep(20 * INTERVAL_MS / 1000)
+            for watch in watches:
+                await watch.unsubscribe()
+            assert moves == {"west": 0, "east": 0}, (moves, reads(runtimes["west"]) - reads_before)
+        finally:
+            for nc in conns.values():
+                await nc.close()

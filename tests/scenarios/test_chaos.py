@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
+from nats.js.api import ConsumerInfo
 
 from rsub_dev.chaos.checker import Violation, check
 from rsub_dev.chaos.history import (
@@ -18,7 +20,7 @@ from rsub_dev.chaos.history import (
     Removal,
     UserDeletion,
 )
-from rsub_dev.chaos.run import Outcome, run_seed
+from rsub_dev.chaos.run import Outcome, leader_floor, run_seed
 
 pytestmark = pytest.mark.integration
 
@@ -85,6 +87,63 @@ def test_a_floor_moving_back_is_caught_unless_its_user_deleted_it(history: Histo
     assert "forward_only" in rules(check(history))
     history.deletions.append(UserDeletion(last.durable, last.region, last.at + 1.5))
     assert "forward_only" not in rules(check(history))
+
+
+def test_a_deletion_excuses_a_floor_moving_back_only_if_it_may_lie_between(
+    history: History,
+) -> None:
+    """A deletion known to have happened between its request (`at`) and when it was seen
+    done (`until`): seed 72's request timed out, the durable was gone all the same."""
+    last = max(
+        (p for p in history.positions if p.floor > 0 and p.source == "consumer"),
+        key=lambda p: p.started,
+    )
+    back = Position(
+        last.durable, last.region, last.at + 1, last.at + 2, last.floor - 1, last.source
+    )
+    history.positions.append(back)
+    # Done before the floor was read: the floor moved back after it, not across it.
+    history.deletions.append(
+        UserDeletion(last.durable, last.region, last.started - 9, last.started - 1)
+    )
+    assert "forward_only" in rules(check(history))
+    # Sent before that read, seen done after it: it may lie between the two reads.
+    history.deletions[-1] = UserDeletion(last.durable, last.region, last.started - 9, last.at + 1.5)
+    assert "forward_only" not in rules(check(history))
+
+
+def consumer_info(floor: int, cluster: dict[str, Any] | None) -> ConsumerInfo:
+    """A `CONSUMER.INFO` answer as nats-server 2.15 shapes it."""
+    zero = {"consumer_seq": 0, "stream_seq": 0}
+    response: dict[str, Any] = {
+        "stream_name": "orders-read-west",
+        "name": "app0",
+        "created": "2026-11-23T17:13:24.000000000Z",
+        "config": {"durable_name": "app0", "ack_policy": "explicit"},
+        "delivered": {"consumer_seq": floor, "stream_seq": floor} if floor else zero,
+        "ack_floor": {"consumer_seq": floor, "stream_seq": floor} if floor else zero,
+        "num_ack_pending": 0,
+        "num_redelivered": 0,
+        "num_waiting": 0,
+        "num_pending": 0,
+        "ts": "2026-11-23T17:13:46.560000000Z",
+    }
+    if cluster is not None:
+        response["cluster"] = cluster
+    info: ConsumerInfo = ConsumerInfo.from_response(response)
+    return info
+
+
+def test_a_floor_is_recorded_only_from_the_consumers_leader() -> None:
+    """Chaos seed 33: a replica restarting after a region kill answered `CONSUMER.INFO` with
+    its configuration and an empty state (no cluster information), read as floor 0 after
+    419; the consumer's leader said 450 once elected. A replica of a consumer without a
+    leader can answer too, with no leader named. Neither is a position."""
+    leader = {"name": "west", "leader": "west-2", "raft_group": "C-R3F-x"}
+    assert leader_floor(consumer_info(450, leader)) == 450
+    assert leader_floor(consumer_info(0, leader)) == 0  # a real floor 0 is recorded
+    assert leader_floor(consumer_info(0, None)) is None
+    assert leader_floor(consumer_info(450, {"name": "west", "raft_group": "C-R3F-x"})) is None
 
 
 def test_a_message_delivered_again_from_below_the_reported_position_is_caught(

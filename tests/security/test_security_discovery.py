@@ -60,6 +60,7 @@ def test_the_discovery_block_keeps_markers_to_its_region() -> None:
         "$JS.API.STREAM.NAMES",
         "$JS.API.STREAM.MSG.GET.*",
         "$JS.API.STREAM.CREATE.KV_rsub-leases-west",
+        "$JS.API.STREAM.UPDATE.KV_rsub-leases-west",
         "$JS.API.STREAM.PURGE.KV_rsub-leases-west",
     }
 

@@ -141,7 +141,10 @@ def check_forward_only(history: History) -> list[Violation]:
             if after.floor >= before.floor:
                 continue
             by_user = any(
-                u.durable == durable and u.region == region and before.started <= u.at <= after.at
+                u.durable == durable
+                and u.region == region
+                and before.started <= (u.at if u.until is None else u.until)
+                and u.at <= after.at
                 for u in history.deletions
             )
             if not by_user:

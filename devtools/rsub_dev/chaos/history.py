@@ -81,9 +81,13 @@ class Removal:
 
 @dataclass(frozen=True)
 class UserDeletion:
+    """A durable deleted by its user: between `at` (the request sent) and `until` (seen done;
+    None: at `at`). A request that failed (timed out) may still have deleted it."""
+
     durable: str
     region: str
     at: float
+    until: float | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerInfo
 from nats.js.errors import NotFoundError
 
 from rsub_dev.chaos.checker import Violation, check, summary
@@ -103,6 +106,22 @@ async def run_seed(
         run.history.notes.append(f"run stopped early: {exc!r}")
         log.warning("chaos_run_stopped", seed=seed, problem=repr(exc))
     return _finish(run.history, directory, time.monotonic() - started, keep=keep)
+
+
+def leader_floor(info: ConsumerInfo) -> int | None:
+    """The ack floor a `CONSUMER.INFO` answer reports, or None when no consumer leader gave it.
+
+    A server that holds a replica of the consumer but has not set it up yet (restarting)
+    answers by itself with the configuration, an empty state and no cluster information
+    (nats-server `jsConsumerInfoRequest`: "assigned but have not created a node yet"), and
+    a replica of a consumer that never had a leader since it started answers with its own
+    state and no leader. Neither is the consumer's position: chaos seed 33 read floor 0 so,
+    0.3 s after west's servers restarted from a region kill, then 450 from its leader.
+    The campaign's regions are clusters, so every real answer names the consumer's leader.
+    """
+    if info.cluster is None or not info.cluster.leader:
+        return None
+    return info.ack_floor.stream_seq if info.ack_floor else 0
 
 
 def _prepare(directory: Path, plan: Plan) -> None:
@@ -427,10 +446,11 @@ class Run:
                     )
                 except (NatsError, TimeoutError):
                     continue
-                floor = info.ack_floor.stream_seq if info.ack_floor else 0
-                self.history.positions.append(
-                    Position(name, region, started, self.now(), floor or 0, "consumer")
-                )
+                floor = leader_floor(info)
+                if floor is not None:
+                    self.history.positions.append(
+                        Position(name, region, started, self.now(), floor, "consumer")
+                    )
 
     def _stub(self, region: str) -> tuple[grpc.Channel, Any, Any] | None:
         proc = self.sidecars.get(region)
@@ -601,12 +621,44 @@ class Run:
         if not names:
             return "skipped: every durable is consumed there"
         name = self.rng.choice(names)
+        js = self.ncs[region].jetstream(timeout=_CALL_TIMEOUT_S)
+        stream = self.vs.read_stream(region)
         try:
-            await self.ncs[region].jetstream().delete_consumer(self.vs.read_stream(region), name)
+            created = (await js.consumer_info(stream, name)).created
         except NotFoundError:
             return f"{name} absent"
-        self.history.deletions.append(UserDeletion(name, region, self.now()))
+        sent = self.now()
+        try:
+            await js.delete_consumer(stream, name)
+        except NotFoundError:
+            return f"{name} absent"
+        except (NatsError, TimeoutError) as exc:
+            # The request may have deleted it all the same (seed 72: the sidecar had to
+            # create it again 1.8 s after the request timed out): ask until it is known.
+            if not await self._deleted(js, stream, name, created):
+                raise
+            self.history.deletions.append(UserDeletion(name, region, sent, self.now()))
+            return f"{name} (the request failed: {exc!r}; the durable was deleted)"
+        self.history.deletions.append(UserDeletion(name, region, sent, self.now()))
         return name
+
+    async def _deleted(
+        self, js: JetStreamContext, stream: str, name: str, created: datetime
+    ) -> bool:
+        """Whether durable `name`, created at `created`, is gone or was replaced since (30 s
+        of asking; False when no leader answered)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                info = await js.consumer_info(stream, name)
+            except NotFoundError:
+                return True
+            except (NatsError, TimeoutError):
+                info = None
+            if info is not None and leader_floor(info) is not None:
+                return bool(info.created != created)
+            await asyncio.sleep(1)
+        return False
 
     async def _purge(self, region: str, fraction: float) -> str:
         stored = await read_stored(

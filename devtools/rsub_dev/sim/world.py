@@ -9,7 +9,9 @@ Model (one virtual stream `V`, regions r0..rN-1):
 - per region a sidecar: a leader instance and possibly zombie instances (old leaders still
   running with a stale epoch); each instance ticks, tails the markers of Q and, apart,
   the origins of its data messages (`data_indexed`), each lagging by a random amount, and
-  reads positions; its outputs are carried out at once (publishes, moves, creates); a
+  reads positions (effective ones, as the runtime reads them: the stream's end when nothing
+  is left to deliver, else the ack floor extended over the markers and removed messages
+  right after it); its outputs are carried out at once (publishes, moves, creates); a
   restarted one is rebuilt with `StreamMachine.restore` from the markers and data in Q;
 - replicated subscriptions with a home region whose consumer delivers and acks data in
   order, in bursts, out of order or stalls; copies elsewhere are moved only by updates;
@@ -32,7 +34,18 @@ Model (one virtual stream `V`, regions r0..rN-1):
   home (a replay, possibly below what the sidecar trimmed from its index);
 - failed actions (some runs): a fraction of the moves and creations fail or are dropped at
   random, and the machine is told so (`action_failed`), as the runtime's driver does; the
-  others are reported done with where the copy stands after them (`action_done`).
+  others are reported done with where the copy stands after them (`action_done`);
+- what else real servers and users do (issue 12, item 3), each drawn in some runs: limits by
+  count (`max_msgs`, markers counted too) on write and read streams, with the consumers
+  treated as for limits by age; operators purging a stream (all of it, or all but its last
+  entries): in a read stream every consumer's ack floor moves over the purge, idle ones too,
+  and pending acks below it are dropped (nats-server 2.15.1); users deleting a replicated
+  durable in one region (a move then finds nothing and is reported failed, as the runtime's
+  `subscription_gone`; the next update creates it again; in its home the user creates it
+  again, delivering all, unless the sidecar did first); sidecar processes frozen (a GC pause,
+  a VM stall): shorter than the lease the leader resumes; longer, a new leader takes over at
+  the lease's expiry and the old one wakes later with its stale state and epoch, acting until
+  it reads its region's newer epoch or its lease loop deposes it.
 
 Properties (checked when the state they depend on changes, which is after every step that
 could break them; read streams are append-only and consumption only grows, so a property that
@@ -44,12 +57,14 @@ held stays true):
   some copy was consumed, or one the guarantee excuses (`_excuse`): a copy of it never
   reached the read stream of a region where the subscription passed that point (limits on
   the write stream), or it was removed from a read stream under a copy of the subscription
-  before that copy passed it (the documented rule; under a copy nobody reads it is counted
-  apart), or it lies removed in the region moved (it can never be delivered there);
+  before that copy passed it (the documented rule; under a copy nobody reads, and by a
+  purge, it is counted apart), or it lies removed in the region moved (it can never be
+  delivered there); a copy deleted by its user still counts for how far it got;
 - monotonic: a machine never asks to move a subscription to or below the position it last
   reported; the runtime applies moves forward only; consumers never receive markers;
 - applied: after a leader accepted an update naming its region at position p, the copy
-  there stands at or beyond p (unless its user reset it since the sidecar read it);
+  there stands at or beyond p (unless its user reset or deleted it since the sidecar read
+  it: then the next update creates it again);
 - claim 1 (DESIGN §7), when an update with a progress vector `v` read at `M` is published
   in `a`: every data message `(o, s)` with `s <= v[o]` that Q_a holds or will hold lies at
   or below `M`, and every one Q_a dropped as a duplicate was dropped for a copy stored at or
@@ -62,12 +77,21 @@ held stays true):
 - not data: what a sidecar is fed as data is sourced data, never a local snapshot marker;
 - reported: the mark-delete a machine reports for an existing subscription
   (`subscription(name).mark_delete`, what the API answers) is never above where its copy
-  stands (unless its user reset it since the sidecar read it); checked whenever a machine
-  returns outputs, reads positions or learns an action's outcome;
-- retried: a move or creation that failed is asked for again by the leader that asked for
-  it within `_retry_window` (or the copy got there by itself, or that leader is gone);
+  stands, and names only copies there (unless its user reset, deleted or created it since
+  that instance last read it: a frozen one wakes with such stale views); checked whenever a
+  machine returns outputs, reads positions or learns an action's outcome;
+- retried: a move or creation that failed at random is asked for again by the leader that
+  asked for it within `_RETRY_WINDOW_MS` of running (frozen time not counted), unless the
+  copy got there by itself, its user deleted it (the machine then forgets it; the next
+  update creates it again) or that leader is gone;
+- fencing: a marker whose epoch is below one its region already wrote (as fed to that
+  instance) changes nothing, and an instance fed a marker its own region wrote with a newer
+  epoch than its own never publishes or moves again (data safety does not rest on it: a
+  deposed leader's markers state truths; the data properties above hold regardless);
 - liveness (healed phase): every region holding a subscription when healed completes a
-  snapshot, and every remote copy of every subscription is created or advances;
+  snapshot, and every remote copy of every subscription (one its user deleted included) is
+  created or advances, unless the home's copy was deleted by its user and stood below where
+  it had got when healed (created again delivering all, it redelivers for as long as it takes);
 - vector liveness (outages): when the home's position covers the next data message above a
   copy in another live region, that copy advances within `_vector_window`.
 No loss covers the moves vectors cause: a message reaching Q_b late (from a region back
@@ -85,12 +109,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sidecar.protocol import (
+    Action,
     CreateConsumer,
     CreateCursor,
     IgnoreReason,
     MachineConfig,
     Marker,
     MarkerIgnored,
+    MarkerRejected,
+    MoveConsumer,
     Output,
     PublishLocal,
     PublishReplicated,
@@ -112,6 +139,7 @@ from sidecar.protocol import (
 from sidecar.protocol.origins import DataEntry
 
 STREAM = "V"
+LEASE_MS = 400  # a frozen leader's lease expires after this long; a new leader takes over
 MAX_LAG_MS = 300  # the longest a sidecar's marker tail or data index lags its read stream
 POSITIONS_GAP_MS = 100  # the longest between two reads of a region's consumer positions
 _NOT_HELD = 2**62  # the read position of a message a read stream does not hold yet
@@ -172,6 +200,19 @@ class SimParams:
     """Users reset consumers backwards in their home region (a chaos event)."""
     action_failures: float = 0.0
     """The fraction of moves and creations that fail or are dropped (reported failed)."""
+    write_max_msgs: int = 0
+    """Write streams keep at most this many entries, removing the oldest (0: no limit)."""
+    read_max_msgs: int = 0
+    """Read streams keep at most this many entries, removing the oldest (0: no limit)."""
+    purges: bool = False
+    """Operators purge a prefix of a read or write stream, or all of it (a chaos event)."""
+    deletions: bool = False
+    """Users delete a replicated durable in one region (a chaos event); in its home they
+    create it again (deliver all) unless the sidecar did first."""
+    freezes: bool = False
+    """Sidecar processes freeze (a GC pause, a VM stall; a chaos event): shorter than the
+    lease, the leader resumes; longer, a new leader takes over at its expiry and the old one
+    wakes later with its stale state and epoch, acting until it learns it was deposed."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.regions <= 9:
@@ -187,8 +228,10 @@ class SimParams:
             )
         if not 0 <= self.action_failures < 1:
             raise ValueError(f"action_failures must be in [0, 1), got {self.action_failures}")
-        if self.write_max_age_ms < 0 or self.read_max_age_ms < 0:
+        if min(self.write_max_age_ms, self.read_max_age_ms) < 0:
             raise ValueError("max ages must not be negative (0: no limit)")
+        if min(self.write_max_msgs, self.read_max_msgs) < 0:
+            raise ValueError("max msgs must not be negative (0: no limit)")
         if self.outage_ms and (self.regions < 3 or self.outage_ms + 600 > self.chaos_ms):
             raise ValueError(
                 f"an outage needs 3 regions and 600 ms of chaos around it, got {self.regions} "
@@ -202,8 +245,10 @@ class SimParams:
         runs is long and busy enough for the sidecars to trim their origin indexes (their
         consumers keep up, or no copy could advance soon after healing). The edge cases of
         DESIGN §7 are drawn apart: duplicates in a quarter of the runs, write-stream and
-        read-stream limits in a fifth each, user resets in three tenths, failed actions (a
-        tenth to a half of them) in three tenths."""
+        read-stream limits by age in a fifth each, user resets in three tenths, failed actions
+        (a tenth to a half of them) in three tenths; then limits by count in a tenth each (sized
+        above what arrives in 600 ms), purges in a sixth, deletions in a quarter and freezes in
+        two fifths."""
         regions = regions if regions is not None else rng.randint(2, 5)
         chaos_ms, outage_ms = rng.randint(1_000, 4_000), 0
         if regions >= 3 and rng.random() < 0.25:
@@ -213,6 +258,10 @@ class SimParams:
         if rng.random() < 0.05:
             chaos_ms, produce_gap_ms = chaos_ms + rng.randint(8_000, 16_000), rng.randint(3, 8)
             consume_batch = 100 * regions // produce_gap_ms
+        # What a region writes in 600 ms: count limits keep more than that, or markers would be
+        # removed before the sidecars (lagging up to MAX_LAG_MS) read them, and no snapshot
+        # could complete (the age limits keep at least 600 and 800 ms).
+        burst = 600 // produce_gap_ms
         return cls(
             regions=regions,
             subscriptions=rng.randint(1, 3),
@@ -235,6 +284,11 @@ class SimParams:
             read_max_age_ms=rng.randint(800, 4_000) if rng.random() < 0.2 else 0,
             resets=rng.random() < 0.3,
             action_failures=rng.uniform(0.1, 0.5) if rng.random() < 0.3 else 0.0,
+            write_max_msgs=burst + rng.randint(10, 300) if rng.random() < 0.1 else 0,
+            read_max_msgs=regions * burst + rng.randint(40, 400) if rng.random() < 0.1 else 0,
+            purges=rng.random() < 0.16,
+            deletions=rng.random() < 0.25,
+            freezes=rng.random() < 0.4,
         )
 
 
@@ -276,7 +330,6 @@ class _Copy:
     acked: set[int] = field(default_factory=set)  # acked beyond the floor
     checked: int = 0  # every data message <= checked is known consumed (or excused)
     high: int = 0  # the highest floor it had before its user reset it backwards
-    user_reset: bool = False  # reset by its user since its sidecar last read its position
 
 
 @dataclass(slots=True)
@@ -300,6 +353,9 @@ class _SimConsumer:
     that counts the excuse, and the reason."""
     replay_until: int = 0
     """After a user reset in the home: data up to here are delivered again on purpose."""
+    deleted_high: dict[str, int] = field(default_factory=dict)
+    """Per region where its user deleted the copy: the highest floor it had (a copy created
+    there again starts with it as its `high`)."""
 
 
 @dataclass(slots=True)
@@ -327,10 +383,18 @@ class _Arrivals:
 @dataclass(slots=True)
 class _Instance:
     machine: StreamMachine
+    epoch: int  # the epoch it was made leader with
     tail: int  # seqs <= tail were given to the machine as markers
     indexed: int  # seqs <= indexed were given to the machine as data
     reported: dict[str, int] = field(default_factory=dict)
     alive_until: int | None = None  # zombies stop at this time
+    frozen_until: int = 0  # a frozen process does nothing before this time
+    seen: dict[str, int] = field(default_factory=dict)  # the highest epoch fed, per region
+    deposed: bool = False  # fed a marker its own region wrote with a newer epoch
+    unread: set[str] = field(default_factory=set)
+    """Subscriptions its user reset, deleted or created again since this instance last read
+    its region's subscriptions and positions: what it reports for them may be above their
+    copy, or name one that is gone (a frozen instance wakes with such stale views)."""
 
 
 class World:
@@ -425,12 +489,27 @@ class World:
                 "replayed",
                 "actions_failed",
                 "retries",
+                "removed_q_count",
+                "purges",
+                "excused_purged",
+                "deletions",
+                "moves_gone",
+                "recreated",
+                "user_creates",
+                "freezes",
+                "takeovers",
+                "stale_actions",
+                "deposed",
             ),
             0,
         )
-        self.failed: dict[tuple[str, str], int] = {}
-        """(region, subscription) -> the number of its last failed action not asked again yet."""
+        self.failed: dict[tuple[str, str], tuple[int, SubscriptionAction]] = {}
+        """(region, subscription) -> the number of its last failed action not asked again yet,
+        and that action."""
         self.trace: deque[tuple[int, str, tuple[object, ...]]] = deque(maxlen=trace_len)
+        p = params
+        self._limited = any((p.write_max_age_ms, p.read_max_age_ms, p.write_max_msgs))
+        self._limited |= p.read_max_msgs > 0
         self._queue: list[tuple[int, int, Callable[..., None], tuple[object, ...]]] = []
         self._n = 0
 
@@ -451,7 +530,7 @@ class World:
             while self._queue and self._queue[0][0] <= end:
                 t, _, fn, args = heapq.heappop(self._queue)
                 self.now = t
-                if self.p.write_max_age_ms or self.p.read_max_age_ms:
+                if self._limited:
                     self._expire()
                 self.stats["events"] += 1
                 self.trace.append((t, fn.__name__, args))
@@ -500,16 +579,14 @@ class World:
         )
         q, first = self.q[region], self.q_first[region]
         markers: list[tuple[int, Marker]] = []
+        seen: dict[str, int] = {}
         for seq, entry in enumerate(q[first - 1 :], start=first):
-            if isinstance(entry, bytes):
-                decoded = decode(entry, stream=STREAM, regions=self.regions)
+            if not isinstance(entry, Data):
+                decoded = self._decoded(entry)
                 if isinstance(decoded, Marker):
                     markers.append((seq, decoded))
-            elif isinstance(entry, Marker):
-                markers.append((seq, entry))
+                    seen[decoded.region] = max(seen.get(decoded.region, 0), decoded.epoch)
         positions = {n: self._read_position(region, n) for n in self._local_subs(region)}
-        for name in positions:
-            self.subs[name].copies[region].user_reset = False
         machine = self.factory.restore(
             config,
             markers,
@@ -519,13 +596,23 @@ class World:
             self.now,
             data=self._checked_data(region, self._data_entries(region, 0, len(q))),
         )
-        inst = _Instance(machine, len(q), len(q), dict(positions))
-        self._handle(region, inst, machine.became_leader(self.epochs[region]))
+        epoch = self.epochs[region]
+        inst = _Instance(machine, epoch, len(q), len(q), dict(positions), seen=seen)
+        self._handle(region, inst, machine.became_leader(epoch))
         return inst
 
     def _instances(self, region: str) -> list[_Instance]:
+        """The instances running in `region` now (frozen ones do nothing)."""
         leader = self.leaders[region]
-        return ([leader] if leader else []) + self.zombies[region]
+        running = ([leader] if leader else []) + self.zombies[region]
+        return [inst for inst in running if inst.frozen_until <= self.now]
+
+    def _user_changed(self, region: str, name: str) -> None:
+        """A user reset, deleted or created `name`'s copy in `region`: every instance there,
+        frozen ones too, knows it only once it reads the region's subscriptions again."""
+        for inst in [self.leaders[region], *self.zombies[region]]:
+            if inst is not None:
+                inst.unread.add(name)
 
     # ---- data plane ---------------------------------------------------------------------
 
@@ -618,21 +705,30 @@ class World:
         return False
 
     def _expire(self) -> None:
-        """Limits: remove what is older than the streams' max age, before every step."""
+        """Limits, before every step: streams remove what is older than their max age, and
+        their oldest entries beyond their max count (markers count too)."""
         p = self.p
         for r in self.regions:
+            times, first = self.w_time[r], self.w_first[r]
             if p.write_max_age_ms:
-                self._expire_write(r, self.now - p.write_max_age_ms)
+                while first < len(times) and times[first] <= self.now - p.write_max_age_ms:
+                    first += 1
+            if p.write_max_msgs:
+                first = max(first, len(times) - p.write_max_msgs)
+            self._remove_write(r, first)
+            times, first = self.q_time[r], self.q_first[r]
             if p.read_max_age_ms:
-                self._expire_read(r, self.now - p.read_max_age_ms)
+                while first <= len(times) and times[first - 1] <= self.now - p.read_max_age_ms:
+                    first += 1
+            if p.read_max_msgs and len(times) - p.read_max_msgs + 1 > first:
+                self.stats["removed_q_count"] += len(times) - p.read_max_msgs + 1 - first
+                first = len(times) - p.read_max_msgs + 1
+            self._remove_read(r, first)
 
-    def _expire_write(self, origin: str, cutoff: int) -> None:
-        """W_origin removes old entries: those no read stream sourced yet never reach it."""
-        times, first = self.w_time[origin], self.w_first[origin]
-        start = first
-        while first < len(times) and times[first] <= cutoff:
-            first += 1
-        if first == start:
+    def _remove_write(self, origin: str, first: int) -> None:
+        """W_origin removes its entries before index `first` (limits or a purge): those a read
+        stream had not sourced yet never reach it."""
+        if first <= self.w_first[origin]:
             return
         self.w_first[origin] = first
         for y in self.regions:
@@ -643,15 +739,14 @@ class World:
                 self.stats["removed_w"] += first - ch.next_index
                 ch.next_index = first
 
-    def _expire_read(self, region: str, cutoff: int) -> None:
-        """Q_region removes old entries. JetStream drops removed messages from a consumer's
-        pending acks and moves its ack floor over them; a consumer that delivered none of them
-        skips them when it next delivers (`_consume`); an idle one does not move."""
-        times, first = self.q_time[region], self.q_first[region]
-        start = first
-        while first <= len(times) and times[first - 1] <= cutoff:
-            first += 1
-        if first == start:
+    def _remove_read(self, region: str, first: int) -> None:
+        """Q_region removes its entries before seq `first` (limits; `_purge` moves consumers over
+        what it removes first). JetStream drops removed
+        messages from a consumer's pending acks and moves its ack floor over them; a consumer
+        that delivered none of them skips them when it next delivers (`_consume`); an idle one
+        does not move (nats-server 2.15.1, by age and by count alike)."""
+        start = self.q_first[region]
+        if first <= start:
             return
         self.q_first[region] = first
         self.stats["removed_q"] += first - start
@@ -674,16 +769,55 @@ class World:
             if isinstance(entry, Data) and self._identity(entry) not in sub.consumed:
                 self._passed_removed(sub, region, entry)
 
-    def _passed_removed(self, sub: _SimConsumer, region: str, data: Data) -> None:
+    def _passed_removed(
+        self, sub: _SimConsumer, region: str, data: Data, purged: bool = False
+    ) -> None:
         """The copy in `region` passed `data`, never consumed, after Q_region removed it. The
         documented rule (protocol §6): removal under a consumer counts as passed there, so
         passing it elsewhere is not a loss. Whether that consumer was the one being read (the
-        home) is kept apart: under any other copy it is a limit of the guarantee."""
-        if region == sub.home:
+        home) is kept apart: under any other copy it is a limit of the guarantee; so are
+        purges, which move every consumer of the stream over what they remove."""
+        if purged:
+            excuse = ("excused_purged", f"purged from {region}")
+        elif region == sub.home:
             excuse = ("excused_removed", f"removed from {region} under the consumer")
         else:
             excuse = ("excused_removed_idle", f"removed from {region} under a copy not read")
         sub.excused.setdefault(self._identity(data), excuse)
+
+    def _purge(self, region: str) -> None:
+        """An operator purges a stream of `region` (`$JS.API.STREAM.PURGE`, all of it or all
+        but its last `keep` entries). In a read stream JetStream moves the ack floor of every
+        consumer over the purged entries, idle ones too, and drops them from pending acks
+        (delivered messages above stay pending; checked on nats-server 2.15.1); in a write
+        stream, what a read stream had not sourced yet never reaches it."""
+        rng = self.rng
+        keep = 0 if rng.random() < 0.3 else rng.randint(1, 60)
+        self.stats["purges"] += 1
+        if rng.random() < 0.3:
+            self._note("purge", region, "write", keep)
+            self._remove_write(region, max(self.w_first[region], len(self.w[region]) - keep))
+            return
+        q = self.q[region]
+        first = max(self.q_first[region], len(q) - keep + 1)
+        self._note("purge", region, "read", keep, first - 1)
+        moved: list[tuple[_SimConsumer, _Copy]] = []
+        for sub in self.subs.values():
+            copy = sub.copies.get(region)
+            if copy is None or copy.floor >= first - 1:
+                continue
+            for seq in range(copy.floor + 1, first):
+                entry = q[seq - 1]
+                if isinstance(entry, Data) and self._identity(entry) not in sub.consumed:
+                    self._passed_removed(sub, region, entry, purged=True)
+            copy.floor, copy.next_seq = first - 1, max(copy.next_seq, first)
+            copy.checked = max(copy.checked, copy.floor)
+            while copy.delivered and copy.delivered[0] < first:
+                copy.acked.discard(copy.delivered.popleft())
+            moved.append((sub, copy))
+        self._remove_read(region, first)
+        for sub, copy in moved:
+            self._advance_floor(sub, region, copy)  # acked ones now at the head of the pending
 
     # ---- sidecars -----------------------------------------------------------------------
 
@@ -703,10 +837,17 @@ class World:
             while inst.tail < len(q):
                 inst.tail += 1
                 entry = q[inst.tail - 1]
-                if not isinstance(entry, Data):
-                    out = self._feed(inst.machine, inst.tail, entry)
-                    self._handle(region, inst, out)
-                    self._check_applied(region, inst, out)
+                if isinstance(entry, Data):
+                    continue
+                marker = self._decoded(entry)
+                if isinstance(marker, Rejected):
+                    self.stats["rejected"] += 1
+                    out = inst.machine.marker_rejected(inst.tail, marker)
+                else:
+                    out = inst.machine.marker_seen(inst.tail, marker)
+                    self._check_fenced(region, inst, marker, out)
+                self._handle(region, inst, out)
+                self._check_applied(region, inst, out)
         self._at(self.now + self._lag(), self._tail, region)
 
     def _index(self, region: str) -> None:
@@ -744,14 +885,10 @@ class World:
                 raise Violation(f"{region}: {e} fed for {entry}")
         return entries
 
-    def _feed(self, machine: StreamMachine, seq: int, entry: Marker | bytes) -> list[Output]:
+    def _decoded(self, entry: Marker | bytes) -> Marker | Rejected:
         if isinstance(entry, Marker):
-            return machine.marker_seen(seq, entry)
-        decoded = decode(entry, stream=STREAM, regions=self.regions)
-        if isinstance(decoded, Rejected):
-            self.stats["rejected"] += 1
-            return machine.marker_rejected(seq, decoded)
-        return machine.marker_seen(seq, decoded)
+            return entry
+        return decode(entry, stream=STREAM, regions=self.regions)
 
     def _wire(self, marker: Marker) -> Marker | bytes:
         return encode(marker) if self.p.codec else marker
@@ -760,20 +897,18 @@ class World:
         infos = self._infos(region)
         positions = {n: self._read_position(region, n) for n in infos}
         last = len(self.q[region])
-        # A user's reset is known to the machines once they have the positions (not when
-        # the listing before them is fed: `_check_reported` looks in between).
-        reset = [n for n in infos if self.subs[n].copies[region].user_reset]
-        for inst in self._instances(region):
+        running = self._instances(region)
+        for inst in running:
             self._handle(region, inst, inst.machine.subscriptions_changed(infos))
-            inst.reported.update(positions)
+            inst.reported = dict(positions)  # a deleted subscription has no position
             runs = inst.machine.origin_index_runs
             self._handle(region, inst, inst.machine.positions_read(positions, last))
             if inst.machine.origin_index_runs < runs:
                 self.stats["index_trims"] += 1
-        if self.leaders[region] is not None:
-            for name in reset:
-                self.subs[name].copies[region].user_reset = False
-        for inst in self._instances(region):
+            # A user's reset or deletion is known to the machine once it has the positions
+            # (not when the listing before them is fed: `_check_reported` looks in between).
+            inst.unread.clear()
+        for inst in running:
             self._check_reported(region, inst)
         self._at(self.now + self.rng.randint(20, POSITIONS_GAP_MS), self._positions, region)
 
@@ -787,6 +922,14 @@ class World:
         }
 
     def _handle(self, region: str, inst: _Instance, outputs: list[Output]) -> None:
+        acts = [out for out in outputs if isinstance(out, Action)]
+        if acts and inst.deposed:
+            raise Violation(
+                f"fencing: {region}'s leader of epoch {inst.epoch} acted after its region "
+                f"wrote with epoch {inst.seen[region]}: {acts[0]}"
+            )
+        if acts and inst is not self.leaders[region] and inst.alive_until is not None:
+            self.stats["stale_actions"] += len(acts)  # a zombie's or a woken frozen leader's
         for out in outputs:
             if isinstance(out, PublishReplicated):
                 self._note("publish", region, out.marker)
@@ -818,21 +961,26 @@ class World:
 
     def _carry_out(self, region: str, inst: _Instance, action: SubscriptionAction) -> None:
         """A move or creation, carried out or (some runs) failed at random, and its outcome
-        told to the machine that asked for it, as the runtime's driver does."""
+        told to the machine that asked for it, as the runtime's driver does. A move of a
+        durable its user deleted finds nothing and is reported failed too (the runtime's
+        `subscription_gone`); the machine forgets it at its next read of the subscriptions,
+        and the next update creates it again (not a retry: `_check_retried` skips it)."""
         key = (region, action.subscription)
         if self.failed.pop(key, None) is not None:
             self.stats["retries"] += 1
         if self.p.action_failures and self.rng.random() < self.p.action_failures:
             self._note("move failed", region, action)
             self.stats["actions_failed"] += 1
-            self.failed[key] = number = self.stats["actions_failed"]
+            number = self.stats["actions_failed"]
+            self.failed[key] = (number, action)
             self._at(self.now + _RETRY_WINDOW_MS, self._check_retried, region, inst, action, number)
+            self._handle(region, inst, inst.machine.action_failed(action))
+        elif (copy := self._move(region, inst, action)) is None:
+            self._note("move gone", region, action)
             self._handle(region, inst, inst.machine.action_failed(action))
         else:
             self._note("move", region, action)
-            self._move(region, inst, action)
-            floor = self.subs[action.subscription].copies[region].floor
-            self._handle(region, inst, inst.machine.action_done(action, floor))
+            self._handle(region, inst, inst.machine.action_done(action, copy.floor))
         self._check_reported(region, inst)
 
     def _move(
@@ -840,7 +988,9 @@ class World:
         region: str,
         inst: _Instance,
         action: SubscriptionAction,
-    ) -> None:
+    ) -> _Copy | None:
+        """Carries `action` out as the runtime does: the copy after it, or None when its user
+        deleted the durable (`subscription_gone`: nothing moved, nothing created)."""
         sub = self.subs[action.subscription]
         creating = isinstance(action, CreateConsumer | CreateCursor)
         reported = inst.reported.get(action.subscription)
@@ -851,11 +1001,17 @@ class World:
             )
         floor = min(action.ack_floor, len(self.q[region]))
         copy = sub.copies.get(region)
+        if copy is None and isinstance(action, MoveConsumer):
+            # Its user deleted it: the runtime logs `subscription_gone` and creates nothing
+            # (a stored cursor's `advance` does create an absent one).
+            self.stats["moves_gone"] += 1
+            return None
         if copy is None:
-            copy = sub.copies[region] = _Copy(0, 1)
+            copy = sub.copies[region] = _Copy(0, 1, high=sub.deleted_high.get(region, 0))
             self.stats["creates"] += 1
+            self.stats["recreated"] += region in sub.deleted_high
         elif floor <= copy.floor:
-            return  # the runtime moves forward only (and create-if-absent moves forward)
+            return copy  # the runtime moves forward only (and create-if-absent moves forward)
         self.stats["moves"] += 1
         if region == sub.home and copy.floor < sub.replay_until:
             self.stats["resets_undone"] += 1  # the sidecar cut a replay its user asked for short
@@ -869,6 +1025,7 @@ class World:
         copy.delivered.clear()
         copy.acked.clear()
         self._check_consumed(sub, region, floor)
+        return copy
 
     # ---- consumers ----------------------------------------------------------------------
 
@@ -882,7 +1039,9 @@ class World:
             sub.stalled_until = self.now + rng.randint(200, 2_500)
             return
         home = sub.home
-        copy = sub.copies[home]
+        copy = sub.copies.get(home)
+        if copy is None:
+            return  # its user deleted it and has not created it again yet
         q = self.q[home]
         batch = self.p.consume_batch
         copy.next_seq = max(copy.next_seq, self.q_first[home])  # removed ones are skipped
@@ -952,8 +1111,10 @@ class World:
         return position
 
     def _effective(self, region: str, name: str) -> int:
-        """Ack floor, or the read stream's last seq when nothing is pending or unacked
-        (pending counts only what limits left in the stream)."""
+        """The read stream's last seq when nothing is pending or unacked (pending counts
+        only what limits left in the stream), else the ack floor extended over what the
+        consumer does not deliver right after it (`_covered`: markers, and removed
+        messages, which the runtime's `STREAM.MSG.GET` with `next_by_subj` skips too)."""
         copy = self.subs[name].copies[region]
         q = self.q[region]
         seq = max(copy.next_seq, copy.floor + 1, self.q_first[region])
@@ -961,7 +1122,7 @@ class World:
             seq += 1
         if not copy.delivered and seq > len(q):
             return len(q)
-        return copy.floor
+        return self._covered(region, copy)
 
     def _covered(self, region: str, copy: _Copy) -> int:
         """The ack floor extended over what it cannot deliver right after it (markers and
@@ -991,6 +1152,9 @@ class World:
                 ("failover", p.failovers),
                 ("garbage", p.garbage),
                 ("reset", p.resets),
+                ("purge", p.purges),
+                ("delete", p.deletions),
+                ("freeze", p.freezes),
             )
             if on
         ]
@@ -1029,20 +1193,88 @@ class World:
             self._append_w(region, rng.randbytes(rng.randint(0, 40)))
         elif kind == "reset":
             self._reset(rng.choice(list(self.subs.values())))
+        elif kind == "purge":
+            self._purge(region)
+        elif kind == "delete":
+            self._delete(rng.choice(list(self.subs.values())))
+        elif kind == "freeze" and self.leaders[region] is not None:
+            self._freeze(region)
+
+    def _delete(self, sub: _SimConsumer) -> None:
+        """Its user deletes the subscription's copy in one region. The sidecar there learns it
+        at its next read of the subscriptions; the next update naming the region creates it
+        again (docs/operations.md, `subscription_gone`). In its home, the user creates it
+        again (deliver all) unless the sidecar did first; until then nothing is consumed."""
+        regions = [r for r in sub.copies if r != self.down]
+        if not regions:
+            return
+        region = self.rng.choice(regions)
+        copy = sub.copies.pop(region)
+        high = max(sub.deleted_high.get(region, 0), copy.high, copy.floor)
+        sub.deleted_high[region] = high
+        self._user_changed(region, sub.name)
+        # What a failed action asked for ends with it: the machine forgets the subscription
+        # at its next read, and the next update creates it again.
+        self.failed.pop((region, sub.name), None)
+        self.stats["deletions"] += 1
+        self._note("delete", sub.name, region, copy.floor)
+        if region == sub.home:
+            self._at(self.now + self.rng.randint(100, 1_500), self._user_create, sub.name, region)
+
+    def _user_create(self, name: str, region: str) -> None:
+        sub = self.subs[name]
+        if region in sub.copies:
+            return  # the sidecar created it first
+        self._note("user create", name, region)
+        self.stats["user_creates"] += 1
+        high = sub.deleted_high[region]
+        sub.copies[region] = _Copy(0, 1, high=high)
+        self._user_changed(region, name)
+        if region == sub.home:
+            sub.replay_until = max(sub.replay_until, high)
+
+    def _freeze(self, region: str) -> None:
+        """The leader's process freezes (a GC pause, a VM stall): it reads, ticks and acts on
+        nothing until it wakes. Shorter than the lease, it resumes as leader. Longer, the lease
+        expires and a new leader takes over (`_takeover`); the old one wakes later with the
+        state and epoch it had, and acts (a zombie) until it sees its region write with the
+        newer epoch, or its runtime finds the lease lost."""
+        leader = self.leaders[region]
+        assert leader is not None
+        rng = self.rng
+        self.stats["freezes"] += 1
+        frozen = rng.randint(50, 3 * LEASE_MS) if rng.random() < 0.7 else rng.randint(50, 6_000)
+        leader.frozen_until = max(leader.frozen_until, self.now + frozen)
+        self._note("freeze", region, leader.epoch, leader.frozen_until)
+        if leader.frozen_until - self.now < LEASE_MS:
+            return
+        leader.alive_until = leader.frozen_until + rng.randint(0, LEASE_MS)
+        self.leaders[region] = None
+        self.zombies[region].append(leader)
+        self._at(self.now + LEASE_MS, self._takeover, region)
+
+    def _takeover(self, region: str) -> None:
+        if self.leaders[region] is None:
+            self.stats["takeovers"] += 1
+            self._restart(region)
 
     def _reset(self, sub: _SimConsumer) -> None:
         """Its user resets the consumer in its home backwards (to replay): the ack floor goes
         down, possibly below what the sidecar trimmed from its origin index. Other regions
         must not move back; the messages stay consumed."""
-        copy = sub.copies[sub.home]
-        if copy.floor == 0:
+        copy = sub.copies.get(sub.home)
+        if copy is None or copy.floor == 0:
             return
         floor = 0 if self.rng.random() < 0.3 else self.rng.randint(0, copy.floor - 1)
         self._note("reset", sub.name, sub.home, copy.floor, floor)
         self.stats["resets"] += 1
         copy.high = max(copy.high, copy.floor)
+        failed = self.failed.get((sub.home, sub.name))
+        if failed is not None and self._covered(sub.home, copy) >= failed[1].ack_floor:
+            del self.failed[(sub.home, sub.name)]  # it got there by itself: nothing to retry
         sub.replay_until = max(sub.replay_until, copy.floor)
-        copy.floor, copy.next_seq, copy.user_reset = floor, floor + 1, True
+        copy.floor, copy.next_seq = floor, floor + 1
+        self._user_changed(sub.home, sub.name)
         copy.delivered.clear()
         copy.acked.clear()
 
@@ -1111,8 +1343,11 @@ class World:
         self.leaders[down] = None
         self.zombies[down].clear()
         for r in live:
-            if self.leaders[r] is None:
+            leader = self.leaders[r]
+            if leader is None:
                 self._restart(r)
+            else:
+                leader.frozen_until = 0
         for sub in self.subs.values():
             if sub.home == down:
                 self._failover(sub)
@@ -1227,14 +1462,22 @@ class World:
             self.stats[removed[0]] += 1
             return removed[1]
         for copy in self.copies_of.get(data.msg_id, [data]):
-            for x, there in sub.copies.items():
+            for x in self.regions:
                 if not self._gone(copy.origin, copy.origin_seq, x):
                     continue
                 resume = self.landed[(copy.origin, x)].after_seq(copy.origin_seq)
-                if resume is not None and max(there.high, there.floor) >= resume:
+                if resume is not None and self._passed(sub, x) >= resume:
                     self.stats["excused_never_reached"] += 1
                     return f"{copy} never reached {x}, passed there"
         return None
+
+    def _passed(self, sub: _SimConsumer, region: str) -> int:
+        """How far the subscription's copy in `region` ever got (before a user reset or
+        deletion too); 0 where it never existed."""
+        there = sub.copies.get(region)
+        if there is None:
+            return sub.deleted_high.get(region, 0)
+        return max(there.high, there.floor)
 
     def _check_vector(self, region: str, update: Update) -> None:
         """Claim 1: every data message `(o, s)` with `s <= v[o]` that Q_region holds or will
@@ -1321,7 +1564,7 @@ class World:
             return
         for sub in self.subs.values():
             home = sub.home
-            if home == self.down:
+            if home == self.down or home not in sub.copies:
                 continue
             m = self._effective(home, sub.name)
             for b in self.regions:
@@ -1358,6 +1601,26 @@ class World:
             )
         self.stats["outage_advances"] += 1
 
+    def _check_fenced(
+        self, region: str, inst: _Instance, marker: Marker, outputs: list[Output]
+    ) -> None:
+        """Fencing (docs/protocol.md §2): a marker whose epoch is below one its region already
+        wrote, as fed to this instance, changes nothing (no action, nothing applied); once an
+        instance was fed a marker its own region wrote with a newer epoch than its own, it
+        never acts again (`_handle`)."""
+        seen = inst.seen.get(marker.region, 0)
+        if marker.epoch < seen:
+            acted = [o for o in outputs if not isinstance(o, MarkerIgnored | MarkerRejected)]
+            if acted:
+                raise Violation(
+                    f"fencing: {region} acted on {_short(marker)} after {marker.region} wrote "
+                    f"with epoch {seen}: {acted[0]}"
+                )
+        inst.seen[marker.region] = max(seen, marker.epoch)
+        if marker.region == region and marker.epoch > inst.epoch and not inst.deposed:
+            inst.deposed = True
+            self.stats["deposed"] += 1
+
     def _check_applied(self, region: str, inst: _Instance, outputs: list[Output]) -> None:
         if inst is not self.leaders[region]:
             return
@@ -1367,11 +1630,13 @@ class World:
             view = inst.machine.subscription(out.subscription)
             if view is None or view.mark_delete is None:
                 continue
-            copy = self.subs[out.subscription].copies.get(region)
-            if out.position is None or (copy is not None and copy.user_reset):
-                continue  # the machine decided on a position read before the user's reset
+            if out.position is None or out.subscription in inst.unread:
+                # The machine decided on a position read before its user reset it, or it
+                # was deleted since (a move finds nothing; the next update creates it again).
+                continue
             if (region, out.subscription) in self.failed:
                 continue  # its move or creation failed: `_check_retried` follows it
+            copy = self.subs[out.subscription].copies.get(region)
             if copy is None or self._covered(region, copy) < out.position:
                 raise Violation(
                     f"{region}: update of {out.subscription} to {out.position} from "
@@ -1380,17 +1645,19 @@ class World:
 
     def _check_reported(self, region: str, inst: _Instance) -> None:
         """The mark-delete a machine reports (what the API answers, failover clients resume
-        after, duplicates are bounded by) is never above where the copy stands."""
+        after, duplicates are bounded by) is never above where the copy stands, and names
+        only copies there, unless its user reset, deleted or created the copy since this
+        instance last read it."""
         for name, sub in self.subs.items():
             view = inst.machine.subscription(name)
-            if view is None or not view.exists or view.mark_delete is None:
+            if view is None or not view.exists or view.mark_delete is None or name in inst.unread:
                 continue
             copy = sub.copies.get(region)
             if copy is None:
                 raise Violation(
-                    f"reported: {region} reports {name} at {view.mark_delete}, never created there"
+                    f"reported: {region} reports {name} at {view.mark_delete}, absent there"
                 )
-            if not copy.user_reset and view.mark_delete > self._covered(region, copy):
+            if view.mark_delete > self._covered(region, copy):
                 raise Violation(
                     f"reported: {region} reports {name} at {view.mark_delete}, but its copy "
                     f"stands at {self._covered(region, copy)}"
@@ -1400,10 +1667,16 @@ class World:
         self, region: str, inst: _Instance, action: SubscriptionAction, number: int
     ) -> None:
         """A failed move or creation is asked for again (the copy not there otherwise)."""
-        if self.failed.get((region, action.subscription)) != number:
-            return  # asked for again meanwhile
+        if self.failed.get((region, action.subscription), (0, action))[0] != number:
+            return  # asked for again meanwhile, or its user reset or deleted the copy
         if inst is not self.leaders[region]:
             return  # deposed or crashed: its successor derives the actions from the stream
+        if inst.frozen_until > self.now - _RETRY_WINDOW_MS:
+            # Frozen for part of the window (shorter than the lease: still the leader): it
+            # has a whole window once awake.
+            wake = max(self.now, inst.frozen_until)
+            self._at(wake + _RETRY_WINDOW_MS, self._check_retried, region, inst, action, number)
+            return
         copy = self.subs[action.subscription].copies.get(region)
         if copy is not None and self._covered(region, copy) >= action.ack_floor:
             return
@@ -1419,6 +1692,11 @@ class World:
             if not any(s.started_ms >= self.heal_at for s in leader.machine.completed_snapshots()):
                 raise Violation(f"liveness: {r} completed no snapshot after healing")
         for name, sub in self.subs.items():
+            if self.heal_floors.get((name, sub.home), 0) < sub.deleted_high.get(sub.home, 0):
+                # Its user deleted the home's copy and it was created again below where it
+                # had got (by the user: delivering all): the other copies follow only once it
+                # has consumed past them again, which takes as long as the data it redelivers.
+                continue
             for r in self.regions:
                 if r == sub.home:
                     continue

@@ -1,0 +1,67 @@
+"""`LocalSubscriptions` reads positions only from consumers' leaders (three-server region).
+
+A clustered server lists a consumer it could not ask with an empty state and no leader:
+one whose servers are all offline (here an R1 durable whose server was shut down, as a
+rolling restart does). Read as a position, its "nothing pending" said the whole stream
+was consumed, and under an empty name, while the durable itself dropped out of the read
+(the machine would take it for deleted). Chaos seed 33 (docs/reliability.md, Findings)
+showed the same kind of stateless answer from `CONSUMER.INFO`.
+"""
+
+from __future__ import annotations
+
+import nats
+import pytest
+from nats.js import api
+
+from rsub_dev.cluster import ClusterFactory
+from sidecar.naming import VirtualStream
+from sidecar.nats.cursors import CursorStore
+from sidecar.runtime.positions import LocalSubscriptions
+
+pytestmark = pytest.mark.integration
+
+VS = VirtualStream("orders", ("west",))
+
+
+async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_position(
+    make_cluster: ClusterFactory,
+) -> None:
+    cluster = await make_cluster(["west"], servers_per_region=3)
+    nc = await nats.connect(cluster.servers("west"))
+    try:
+        js = nc.jetstream()
+        stream = VS.read_stream("west")
+        await js.add_stream(name=stream, subjects=[VS.data_filter()], num_replicas=3)
+        await js.add_consumer(
+            stream,
+            durable_name="app0",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            num_replicas=1,
+            metadata={"rsub.replicate": "true"},
+        )
+        for i in range(20):
+            await js.publish("orders.west.x", str(i).encode(), stream=stream)
+        sub = await js.pull_subscribe_bind("app0", stream=stream)
+        for msg in await sub.fetch(5, timeout=5):
+            await msg.ack_sync()
+        await js.create_key_value(bucket="cursors", replicas=3)
+        subscriptions = LocalSubscriptions(VS, "west")
+        store = CursorStore(await js.key_value("cursors"))
+        assert await subscriptions.read(nc, store) == {"app0": 5}
+        known = subscriptions.durables["app0"]
+
+        info = await js.consumer_info(stream, "app0")
+        assert info.cluster is not None and info.cluster.leader is not None
+        index = int(info.cluster.leader.rsplit("-", 1)[1])
+        await nc.close()
+        others = [url for i, url in enumerate(cluster.servers("west")) if i != index]
+        nc = await nats.connect(others)
+        await cluster.stop_server("west", index, kill=False)
+
+        store = CursorStore(await nc.jetstream().key_value("cursors"))
+        positions = await subscriptions.read(nc, store)
+        assert positions == {}, "a position read from a consumer nobody could ask"
+        assert subscriptions.durables == {"app0": known}
+    finally:
+        await nc.close()
