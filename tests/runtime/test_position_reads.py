@@ -236,8 +236,9 @@ async def test_a_durable_with_data_pending_is_not_moved_at_every_read(
     (so it stands at its ack floor, below those markers). East's vector (west's own
     progress, echoed) covers the acked data, so the position it places reaches over the
     markers, up to the new data. Read at its bare ack floor, the durable stood below that
-    position at every read: the machine asked to move it each time, the move found nothing
-    of it to skip, and asked for the next read; forever (east's copy likewise)."""
+    position at every read: the machine asked to move it each time, and the move found
+    nothing of it to skip (east's copy likewise). Another application acking on the same
+    stream has the stream read at every interval meanwhile."""
     async with sidecars(cluster2, NEVER) as runtimes:
         conns = {r: await nats.connect(cluster2.servers(r)) for r in ("west", "east")}
         try:
@@ -252,7 +253,14 @@ async def test_a_durable_with_data_pending_is_not_moved_at_every_read(
                 return bool(view.progress)
 
             await wait_until(echoed, "east's vector for the durable in west")
-            await publish(js, [b"d", b"e"])  # pending: west's ack floor stays below them
+            await js.add_consumer(
+                f"{STREAM}-read-west",
+                durable_name="other",
+                filter_subject=f"{STREAM}.>",
+                ack_policy=api.AckPolicy.EXPLICIT,
+            )
+            # Pending for the durable: its ack floor stays below them; and what `other` acks.
+            await publish(js, [f"m{i}".encode() for i in range(60)])
             for runtime in runtimes.values():
                 await snapshot_past_data(conns[runtime.region], runtime, VS)
             # A move of the durable begins with its `CONSUMER.INFO` (a listing reads none).
@@ -270,11 +278,39 @@ async def test_a_durable_with_data_pending_is_not_moved_at_every_read(
                 )
                 for r, nc in conns.items()
             ]
-            reads_before = reads(runtimes["west"])
-            await asyncio.sleep(20 * INTERVAL_MS / 1000)
+            # A move still under way when the watch began (an update late on a loaded
+            # machine) is not what this counts: first no move for five intervals (never,
+            # while every read asks for one), then none at all for twenty.
+            last, since = dict(moves), time.monotonic()
+
+            async def quiet() -> bool:
+                nonlocal last, since
+                if moves != last:
+                    last, since = dict(moves), time.monotonic()
+                return time.monotonic() - since >= 5 * INTERVAL_MS / 1000
+
+            other = await js.pull_subscribe_bind("other", stream=f"{STREAM}-read-west")
+
+            async def acking() -> None:  # one ack per interval: a read of west per interval
+                while True:
+                    for msg in await other.fetch(1, timeout=5):
+                        await msg.ack()
+                    await asyncio.sleep(INTERVAL_MS / 1000)
+
+            app = asyncio.create_task(acking())
+            try:
+                await wait_until(quiet, "no move of the durable for five intervals", poll_s=0.05)
+                moves = {r: 0 for r in conns}
+                reads_before = reads(runtimes["west"])
+                await asyncio.sleep(20 * INTERVAL_MS / 1000)
+                read = reads(runtimes["west"]) - reads_before
+            finally:
+                app.cancel()
+                await asyncio.gather(app, return_exceptions=True)
             for watch in watches:
                 await watch.unsubscribe()
-            assert moves == {"west": 0, "east": 0}, (moves, reads(runtimes["west"]) - reads_before)
+            assert read >= 10, f"west read only {read} times in 20 intervals: nothing tested"
+            assert moves == {"west": 0, "east": 0}, (moves, read)
         finally:
             for nc in conns.values():
                 await nc.close()
