@@ -2,8 +2,8 @@
 progress vectors on and off.
 
 Usage: .venv/bin/python bench/bench_sidecar_footprint.py [--streams 100] [--durables 10]
-       [--seconds 30] [--progress on,off] [--backlog 100000] [--backlog-seconds 10]
-       [--baseline /tmp/scale-base]
+       [--seconds 30] [--progress on,off] [--replicas 1,3] [--backlog 100000]
+       [--backlog-seconds 10] [--baseline /tmp/scale-base]
 
 On a local two-region super-cluster, `--streams` virtual streams each get `--durables`
 replicated durables in west, never consumed. For each `--progress` setting in turn, west's
@@ -15,7 +15,14 @@ window (are the servers the limit?), how long the sidecar was ready to run but w
 a CPU (/proc/<pid>/schedstat: is the machine the limit?), and its origin index
 (`rsub_origin_index_bytes` summed over the streams) against the data messages west's read
 streams hold. First idle (no new data: no snapshot starts), then with one message per
-stream per second published in west (every stream snapshots every second).
+stream per second published in west (every stream snapshots every second). The idle window
+starts once no snapshot started, completed or timed out for longer than the snapshot
+timeout (30 s): a first attempt that started before east's sidecar was up times out and is
+retried, which an idle window must not count. Lease TTL: the sidecar's default, 10 s.
+
+With `--replicas 1,3` each setting also runs, in turn, with that many replicas of west's
+sidecar sharing its streams (`lease.shards`): the CPU figures are their sum (each
+replica's in brackets), the snapshots those all of them completed.
 
 Then `--backlog` messages are published over the streams, half in west and half in east at
 the same time (west's read streams interleave them as sourcing delivers them), the durables
@@ -69,7 +76,15 @@ CONCURRENCY = 20
 IN_FLIGHT = 200
 READY_TIMEOUT_S = 600.0
 _TICKS = os.sysconf("SC_CLK_TCK")
+_THIS = Path(__file__).resolve().parent.parent
 _SETTINGS = {"on": True, "off": False}
+_COUNTED = (
+    "rsub_snapshots_started_total",
+    "rsub_snapshots_completed_total",
+    "rsub_snapshots_timed_out_total",
+)
+SNAPSHOT_TIMEOUT_S = 30
+LEASE_TTL_S = 10.0  # the sidecar's default; the test suites' 3 s is for quick takeovers
 
 T = TypeVar("T")
 
@@ -84,6 +99,7 @@ class Options:
     backlog_seconds: float
     baseline: Path | None
     sweep_intervals: int | None
+    replicas: list[int]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -119,14 +135,13 @@ def server_pids(cluster_dir: Path) -> list[int]:
 
 @contextlib.contextmanager
 def code_of(checkout: Path | None) -> Iterator[str]:
-    """Sidecars spawned inside run the code of `checkout` (None: this one); its label."""
-    if checkout is None:
-        yield "this"
-        return
+    """Sidecars spawned inside run the code of `checkout` (None: this one, whichever checkout
+    the venv was installed from); its label."""
     saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{checkout}:{checkout / 'devtools'}"
+    code = checkout if checkout is not None else _THIS
+    os.environ["PYTHONPATH"] = f"{code}:{code / 'devtools'}"
     try:
-        yield "baseline"
+        yield "baseline" if checkout is not None else "this"
     finally:
         if saved is None:
             del os.environ["PYTHONPATH"]
@@ -144,14 +159,20 @@ async def bounded(jobs: Iterable[Awaitable[T]]) -> list[T]:
     return await asyncio.gather(*(one(j) for j in jobs))
 
 
+async def metric_totals(proc: SidecarProcess, samples: Sequence[str]) -> list[float]:
+    """The sum of each of `samples` over all its label sets in `proc`'s /metrics (one scrape:
+    at 1,000 streams one costs the sidecar about a second of CPU)."""
+    totals = dict.fromkeys(samples, 0.0)
+    for family in text_string_to_metric_families(await proc.metrics_text()):
+        for s in family.samples:
+            if s.name in totals:
+                totals[s.name] += s.value
+    return [totals[name] for name in samples]
+
+
 async def metric_total(proc: SidecarProcess, sample: str) -> float:
     """The sum of `sample` over all its label sets in `proc`'s /metrics."""
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(await proc.metrics_text())
-        for s in family.samples
-        if s.name == sample
-    )
+    return (await metric_totals(proc, [sample]))[0]
 
 
 async def data_messages(
@@ -178,8 +199,13 @@ async def index_figures(
     )
 
 
+async def completed(procs: Sequence[SidecarProcess]) -> float:
+    """Snapshots completed so far by `procs` (each counts those of the streams it leads)."""
+    return sum([await metric_total(p, "rsub_snapshots_completed_total") for p in procs])
+
+
 async def window(
-    proc: SidecarProcess,
+    procs: Sequence[SidecarProcess],
     js: JetStreamContext,
     streams: Sequence[VirtualStream],
     seconds: float,
@@ -190,49 +216,60 @@ async def window(
     task = asyncio.ensure_future(load) if load is not None else None
     if task is not None:
         await asyncio.sleep(2)  # the first round of messages and snapshots under way
-    snapshots = "rsub_snapshots_completed_total"
     # The scrapes stay out of the CPU figures (one costs a second of CPU at 1,000 streams).
-    snaps = await metric_total(proc, snapshots)
-    cpu, waited, started = cpu_seconds(proc.pid), cpu_wait_seconds(proc.pid), time.monotonic()
+    snaps = await completed(procs)
+    pids = [p.pid for p in procs]
+    cpu, waited, started = (
+        [cpu_seconds(p) for p in pids],
+        cpu_wait_seconds(pids[0]),
+        time.monotonic(),
+    )
     servers_cpu = [cpu_seconds(pid) for pid in servers]
     await asyncio.sleep(seconds)
-    cpu = cpu_seconds(proc.pid) - cpu
-    waited = cpu_wait_seconds(proc.pid) - waited
+    cpu = [cpu_seconds(p) - before for p, before in zip(pids, cpu, strict=True)]
+    waited = cpu_wait_seconds(pids[0]) - waited
     servers_cpu = [cpu_seconds(p) - before for p, before in zip(servers, servers_cpu, strict=True)]
     elapsed = time.monotonic() - started
-    snaps = await metric_total(proc, snapshots) - snaps
+    snaps = await completed(procs) - snaps
     wanted = len(streams) if task is not None else 0
     servers_pct = " + ".join(f"{100 * c / elapsed:.0f}" for c in servers_cpu)
     if task is not None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    mem = memory_mib(proc.pid)
+    mems = [memory_mib(p) for p in pids]
+    each = ""
+    if len(pids) > 1:
+        each = " [" + " + ".join(f"{100 * c / elapsed:.1f}" for c in cpu) + "]"
+    rss = " + ".join(f"{m['VmRSS']:.0f}" for m in mems)
+    peak = " + ".join(f"{m['VmHWM']:.0f}" for m in mems)
     print(
-        f"{label:>20}: CPU {cpu:6.2f} s in {elapsed:.0f} s ({100 * cpu / elapsed:5.1f} % of a "
-        f"core), RSS {mem['VmRSS']:.0f} MiB (peak {mem['VmHWM']:.0f} MiB), "
+        f"{label:>20}: CPU {sum(cpu):6.2f} s in {elapsed:.0f} s ({100 * sum(cpu) / elapsed:5.1f} "
+        f"% of a core{each}), RSS {rss} MiB (peak {peak} MiB), "
         f"{snaps / elapsed:.1f} snapshots/s completed (of {wanted} wanted), servers CPU "
-        f"{servers_pct} % of a core; west's sidecar waited for a CPU "
+        f"{servers_pct} % of a core; west's (first) sidecar waited for a CPU "
         f"{100 * waited / elapsed:.0f} % of the time (load average {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} cores), {await index_figures(proc, js, streams)}",
+        f"on {os.cpu_count()} cores), {await index_figures(procs[0], js, streams)}",
         flush=True,
     )
 
 
-async def settled(proc: SidecarProcess, quiet_s: float = 5.0) -> None:
-    """Wait until `proc` completed no snapshot for `quiet_s` (what the passes before left in
-    the streams is covered): the idle window then measures an idle sidecar."""
-    last, since = -1.0, time.monotonic()
+async def settled(procs: Sequence[SidecarProcess]) -> None:
+    """Wait until no snapshot of `procs` started, completed or timed out for longer than the
+    snapshot timeout: then none is in flight (each ends within the timeout, or with the
+    leadership), and the idle window measures idle sidecars."""
+    last: tuple[float, ...] = ()
+    since = time.monotonic()
+    quiet_s = SNAPSHOT_TIMEOUT_S + 1
 
     async def quiet() -> bool:
         nonlocal last, since
-        done = await metric_total(proc, "rsub_snapshots_completed_total")
-        if done != last:
-            last, since = done, time.monotonic()
+        each = [await metric_totals(p, _COUNTED) for p in procs]
+        counts = tuple(sum(column) for column in zip(*each, strict=True))
+        if counts != last:
+            last, since = counts, time.monotonic()
         return time.monotonic() - since >= quiet_s
 
-    await wait_until(
-        quiet, f"no snapshot of {proc.region} for {quiet_s} s", READY_TIMEOUT_S, poll_s=1
-    )
+    await wait_until(quiet, f"no snapshot activity for {quiet_s} s", READY_TIMEOUT_S, poll_s=5)
 
 
 async def warm_up(conns: dict[str, Client], streams: Sequence[VirtualStream]) -> None:
@@ -328,10 +365,11 @@ async def sidecars(
     progress: bool,
     workdir: Path,
     sweep_intervals: int | None = None,
-) -> AsyncIterator[tuple[SidecarProcess, BringUp]]:
-    """Both regions' sidecars with `progress` (and `sweep_intervals` when given), each
-    started once the one before has rebuilt every stream, west first; yields west's and how
-    its start went."""
+    replicas: int = 1,
+) -> AsyncIterator[tuple[list[SidecarProcess], BringUp]]:
+    """Both regions' sidecars with `progress` (and `sweep_intervals` when given), `replicas`
+    of west's, each started once the one before has rebuilt every stream, west first; yields
+    west's and how the first one's start went."""
 
     def settings(region: str) -> dict[str, Any]:
         values = sidecar_settings(
@@ -339,7 +377,8 @@ async def sidecars(
             region,
             streams=names,
             interval_ms=1000,
-            timeout_s=30,
+            timeout_s=SNAPSHOT_TIMEOUT_S,
+            lease_ttl_s=LEASE_TTL_S,
             progress=progress,
             log_level="info",  # for `runtime_ready`, `stream_rebuilt`; none per message
         )
@@ -347,13 +386,14 @@ async def sidecars(
             values["snapshot"]["sweep_intervals"] = sweep_intervals
         return values
 
-    procs = [SidecarProcess(settings(r), workdir / r) for r in REGIONS]
+    wests = [SidecarProcess(settings("west"), workdir / f"west-{i}") for i in range(replicas)]
+    procs = [*wests, SidecarProcess(settings("east"), workdir / "east")]
     try:
         started = []
         for proc in procs:
             await proc.start()
             started.append(await brought_up(proc))
-        yield procs[0], started[0]
+        yield wests, started[0]
     finally:
         await asyncio.gather(*(p.stop() for p in procs))
 
@@ -390,21 +430,23 @@ async def run(args: Options, directory: Path) -> None:
             await warm_up(conns, streams)
             servers = server_pids(directory / "cluster")
             checkouts = [args.baseline, None] if args.baseline is not None else [None]
-            for setting, checkout in itertools.product(args.progress, checkouts):
+            passes = itertools.product(args.progress, args.replicas, checkouts)
+            for setting, replicas, checkout in passes:
                 with code_of(checkout) as code:
-                    workdir = directory / f"{setting}-{code}"
+                    workdir = directory / f"{setting}-{replicas}-{code}"
                     sweep = args.sweep_intervals if checkout is None else None
-                    async with sidecars(cluster, names, _SETTINGS[setting], workdir, sweep) as (
-                        west,
+                    enabled = _SETTINGS[setting]
+                    async with sidecars(cluster, names, enabled, workdir, sweep, replicas) as (
+                        wests,
                         start,
                     ):
-                        label = f"{code}, {setting}"
-                        print(started_line(label, west, start), flush=True)
-                        await settled(west)
-                        await window(west, js, streams, args.seconds, f"{label}, idle", servers)
+                        label = f"{code}, {setting}" + (f", x{replicas}" if replicas > 1 else "")
+                        print(started_line(label, wests[0], start), flush=True)
+                        await settled(wests)
+                        await window(wests, js, streams, args.seconds, f"{label}, idle", servers)
                         load = publish_each_stream(conns["west"], streams)
                         await window(
-                            west, js, streams, args.seconds, f"{label}, loaded", servers, load
+                            wests, js, streams, args.seconds, f"{label}, loaded", servers, load
                         )
             if args.backlog > 0:
                 await backlog_passes(args, cluster, conns, streams, directory)
@@ -434,16 +476,25 @@ async def backlog_passes(
         f"streams after {time.monotonic() - started:.0f} s; durables still at their start",
         flush=True,
     )
+    names = [vs.name for vs in streams]
     for setting in args.progress:
         workdir = directory / f"backlog-{setting}"
-        async with sidecars(cluster, [vs.name for vs in streams], _SETTINGS[setting], workdir) as (
-            west,
-            start,
-        ):
-            print(started_line(f"progress {setting}", west, start, ", backlog"), flush=True)
-            label = f"{setting}, backlog, idle"
-            servers = server_pids(directory / "cluster")
-            await window(west, js, streams, args.backlog_seconds, label, servers)
+        with code_of(None):
+            async with sidecars(cluster, names, _SETTINGS[setting], workdir) as (wests, start):
+                print(started_line(f"progress {setting}", wests[0], start, ", backlog"), flush=True)
+                label = f"{setting}, backlog, idle"
+                servers = server_pids(directory / "cluster")
+                await window(wests, js, streams, args.backlog_seconds, label, servers)
+
+
+def counts(text: str) -> list[int]:
+    try:
+        chosen = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        chosen = []
+    if not chosen or min(chosen) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected replica counts such as 1 or 1,3")
+    return chosen
 
 
 def settings(text: str) -> list[str]:
@@ -468,6 +519,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--sweep-intervals", type=int, default=None, help="snapshot.sweep_intervals (not baseline)"
+    )
+    parser.add_argument(
+        "--replicas",
+        type=counts,
+        default=[1],
+        help="replicas of west's sidecar, e.g. 1,3 (in turn)",
     )
     args = Options(**vars(parser.parse_args()))
     configure_logging("console", "error", stream=sys.stderr)  # figures alone on stdout

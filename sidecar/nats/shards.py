@@ -31,7 +31,8 @@ gate's holder writes the replica's own shard count: while an older replica (no c
 one with another count holds the gate, it takes no shard and releases those it holds. The
 gate is never released on stop; it expires and another replica takes it over.
 
-    leases = ShardLeases(kv, nc, "rsub-leases-west", "west-1", 10.0, 32, on_change=print)
+    member = Member(kv, nc, "rsub-leases-west", "west-1", ttl_s=10.0, shards=32)
+    leases = ShardLeases(member, on_change=print)
     task = asyncio.create_task(leases.run())
     leases.for_stream("orders").state     # holder, epoch, whether this replica leads it
     task.cancel(); await leases.release()
@@ -46,6 +47,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from functools import partial
 
 import structlog
@@ -97,25 +99,32 @@ def member_key(holder: str) -> str:
     return MEMBER_PREFIX + _NOT_IN_TOKEN.sub("_", holder)
 
 
+@dataclass(frozen=True)
+class Member:
+    """One replica of a region's sidecar as a member of the region's lease bucket: the bucket
+    (`kv`, and `nc` for the requests nats-py's KV lacks), its holder name, the lease TTL, the
+    shard count and the monotonic clock the TTLs are measured on."""
+
+    kv: KeyValue
+    nc: Client
+    bucket: str
+    holder: str
+    ttl_s: float
+    shards: int
+    clock: Callable[[], float] = time.monotonic
+
+
 class Members:
     """This replica's announcement and its view of the live members of the region."""
 
-    def __init__(
-        self,
-        kv: KeyValue,
-        nc: Client,
-        bucket: str,
-        holder: str,
-        ttl_s: float,
-        shards: int,
-        clock: Callable[[], float],
-    ) -> None:
-        self._kv, self._nc, self._bucket = kv, nc, bucket
-        self._holder, self._ttl, self._shards, self._clock = holder, ttl_s, shards, clock
-        self._key = member_key(holder)
+    def __init__(self, member: Member) -> None:
+        self._kv, self._nc, self._bucket = member.kv, member.nc, member.bucket
+        self._holder, self._ttl, self._shards = member.holder, member.ttl_s, member.shards
+        self._clock = member.clock
+        self._key = member_key(member.holder)
         # Per other member's key: (holder, its shard count, revision, when first seen here).
         self._seen: dict[str, tuple[str, int | None, int, float]] = {}
-        self.live: tuple[str, ...] = (holder,)
+        self.live: tuple[str, ...] = (member.holder,)
 
     async def announce(self) -> tuple[str, ...]:
         """Renew this replica's key, then read the others'; the live members, sorted."""
@@ -187,25 +196,16 @@ def _member_in(value: bytes | None) -> tuple[str | None, int | None]:
 class ShardLeases:
     """The gate, this replica's membership and one lease per shard, stepped every `ttl/3`."""
 
-    def __init__(
-        self,
-        kv: KeyValue,
-        nc: Client,
-        bucket: str,
-        holder: str,
-        ttl_s: float,
-        shards: int,
-        *,
-        on_change: Callable[[int, LeaseState], None],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, member: Member, *, on_change: Callable[[int, LeaseState], None]) -> None:
+        kv, holder, ttl_s, shards = member.kv, member.holder, member.ttl_s, member.shards
         if shards <= 0:
             raise ValueError(f"lease.shards must be positive, got {shards}")
         self.holder = holder
         self.shards = shards
         self._ttl = ttl_s
+        clock = member.clock
         self._gate = Lease(kv, holder, ttl_s, key=GATE_KEY, extra={"shards": shards}, clock=clock)
-        self._members = Members(kv, nc, bucket, holder, ttl_s, shards, clock)
+        self._members = Members(member)
         self._leases = [
             Lease(
                 kv,

@@ -23,7 +23,7 @@ from sidecar.nats.connection import NatsConnection, NatsRefused
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.lease import LeaseState
 from sidecar.nats.regional_kv import open_regional_kv
-from sidecar.nats.shards import ShardLeases, shard_of
+from sidecar.nats.shards import Member, ShardLeases, shard_of
 from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
 from sidecar.runtime.backend import RuntimeBackend
@@ -252,15 +252,9 @@ class Runtime(RuntimeBackend):
         # The same bucket keeps the leases (`leader`, `shards.<i>`), the members
         # (`members.<holder>`) and the cursors (`cursors.<V>`).
         self._handles.cursor_store = CursorStore(kv)
-        leases = ShardLeases(
-            kv,
-            conn.nc,
-            bucket,
-            self.holder,
-            self.config.lease.ttl_s,
-            self.config.lease.shards,
-            on_change=self._on_shard,
-        )
+        lease = self.config.lease
+        member = Member(kv, conn.nc, bucket, self.holder, lease.ttl_s, lease.shards)
+        leases = ShardLeases(member, on_change=self._on_shard)
         self._handles.leases = leases
         self._spawn(leases.run(), "leases")
         self._spawn(self._intervals.follow_cursors(bucket), "cursor-signals")

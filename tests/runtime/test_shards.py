@@ -18,7 +18,7 @@ from nats.js.kv import KeyValue
 
 from sidecar.nats.lease import Lease, LeaseState
 from sidecar.nats.regional_kv import open_regional_kv
-from sidecar.nats.shards import GATE_KEY, ShardLeases, excess, shard_of, share
+from sidecar.nats.shards import GATE_KEY, Member, ShardLeases, excess, shard_of, share
 
 pytestmark = pytest.mark.integration
 
@@ -49,16 +49,8 @@ class Region:
             if state.leader:
                 self.acquired[holder] += 1
 
-        leases = ShardLeases(
-            self.kv,
-            self.nc,
-            self.bucket,
-            holder,
-            TTL,
-            shards,
-            on_change=changed,
-            clock=self.clock,
-        )
+        member = Member(self.kv, self.nc, self.bucket, holder, TTL, shards, self.clock)
+        leases = ShardLeases(member, on_change=changed)
         self.replicas[holder] = leases
         return leases
 

@@ -1,0 +1,88 @@
+"""What an acknowledgement costs the sidecar: the CPU of one consumer signal.
+
+Usage: .venv/bin/python bench/bench_ack_signals.py [--acks 50000] [--rounds 3]
+
+The sidecar reads a stream's positions only when they may have moved, and an ack is one of
+its signals: `sidecar.nats.signals.follow_consumers` subscribes to `$JS.ACK.<read stream>.>`,
+so every ack a client sends also reaches the sidecar, one core NATS message each. On a
+local two-region super-cluster, `--acks` acks (as a client sends them, to a stream that has
+no such delivery: the server drops them) are published from one connection, first with
+nothing following them, then with `follow_consumers` of that stream on a second connection
+in the same process; the difference of this process's CPU time per ack is what the signal
+costs. Each round prints both and the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client
+
+from rsub_dev.cluster import LocalSuperCluster
+from sidecar.logs import configure_logging
+from sidecar.nats.signals import follow_consumers
+
+STREAM = "orders-read-west"
+
+
+async def publish_acks(nc: Client, count: int) -> None:
+    for i in range(count):
+        await nc.publish(f"$JS.ACK.{STREAM}.app.1.{i + 1}.{i + 1}.0.0", b"+ACK")
+    await nc.flush()
+
+
+async def run(acks: int, rounds: int, directory: Path) -> None:
+    async with LocalSuperCluster(("west", "east"), directory / "cluster") as cluster:
+        client = await nats.connect(cluster.servers("west"))
+        sidecar = await nats.connect(cluster.servers("west"))
+        try:
+            for _ in range(rounds):
+                started = time.process_time()
+                await publish_acks(client, acks)
+                alone = time.process_time() - started
+                signalled = 0
+                every = asyncio.Event()
+
+                def moved(every: asyncio.Event = every) -> None:
+                    nonlocal signalled
+                    signalled += 1
+                    if signalled == acks:
+                        every.set()
+
+                subscriptions = await follow_consumers(sidecar, STREAM, moved)
+                await sidecar.flush()
+                started = time.process_time()
+                await publish_acks(client, acks)
+                await asyncio.wait_for(every.wait(), 120)
+                followed = time.process_time() - started
+                for sub in subscriptions:
+                    await sub.unsubscribe()
+                print(
+                    f"{acks:,} acks: {1e6 * alone / acks:.1f} us of CPU each to send, "
+                    f"{1e6 * followed / acks:.1f} us followed: the signal costs "
+                    f"{1e6 * (followed - alone) / acks:.1f} us per ack",
+                    flush=True,
+                )
+        finally:
+            await client.close()
+            await sidecar.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--acks", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    configure_logging("console", "error", stream=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="bench-acks-") as tmp:
+        asyncio.run(run(args.acks, args.rounds, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
