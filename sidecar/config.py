@@ -289,7 +289,7 @@ class SnapshotConfig:
     interval_ms: int = field(default=1000, metadata=_meta(_positive))
     timeout_s: float = field(default=30.0, metadata=_meta(_positive))
     cache_size: int = field(default=30, metadata=_meta(_positive))
-    sweep_intervals: int = field(default=30, metadata=_meta(_positive))
+    sweep_intervals: int = field(default=120, metadata=_meta(_positive))
     """Every stream's positions are read at least once per this many intervals, whatever
     the signals say (a missed signal only delays an update by as much)."""
 

@@ -51,7 +51,7 @@ def test_defaults() -> None:
     assert config.cluster_for("east") == "east"
     assert (config.snapshot.interval_ms, config.snapshot.timeout_s) == (1000, 30.0)
     assert config.snapshot.cache_size == 30
-    assert config.snapshot.sweep_intervals == 30
+    assert config.snapshot.sweep_intervals == 120
     assert config.progress.enabled
     assert (config.lease.bucket, config.lease.ttl_s) == ("rsub-leases", 10.0)
     assert config.grpc.listen == "127.0.0.1:7070" and config.grpc.auth_token is None
