@@ -93,7 +93,8 @@ held stays true):
   created or advances, unless the home's copy was deleted by its user and stood below where
   it had got when healed (created again delivering all, it redelivers for as long as it takes);
 - vector liveness (outages): when the home's position covers the next data message above a
-  copy in another live region, that copy advances within `_vector_window`.
+  copy in another live region (one its user deleted: above where it had got), that copy
+  advances within `_vector_window`.
 No loss covers the moves vectors cause: a message reaching Q_b late (from a region back
 from an outage) is appended above every position there, and any later move across it is
 checked like the others.
@@ -1571,7 +1572,9 @@ class World:
                 if b in (home, self.down):
                     continue
                 copy = sub.copies.get(b)
-                floor = copy.floor if copy is not None else 0
+                # A copy its user deleted counts for how far it got: the next update, sent
+                # once the home's position moves, creates it again (docs/operations.md).
+                floor = copy.floor if copy is not None else sub.deleted_high.get(b, 0)
                 q = self.q[b]
                 seq = floor + 1
                 while seq <= len(q) and not isinstance(q[seq - 1], Data):
