@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -24,6 +23,7 @@ from sidecar.nats.consumers import (
     set_replicated,
 )
 from sidecar.nats.effective import EffectivePositions, Floor
+from tests.support.api_requests import requests_on
 from tests.support.runtime_servers import ServerProcess
 
 pytestmark = pytest.mark.integration
@@ -150,15 +150,7 @@ async def test_an_effective_floor_never_reaches_past_last_seq(
 async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
     nc: Client, js_server: ServerProcess, js: JetStreamContext, stream: str
 ) -> None:
-    requests: list[Msg] = []
-
-    async def count(msg: Msg) -> None:
-        requests.append(msg)
-
-    observer = await nats.connect(js_server.url)
-    try:
-        await observer.subscribe(f"$JS.API.STREAM.MSG.GET.{stream}", cb=count)
-        await observer.flush()
+    async with requests_on(js_server.url, f"$JS.API.STREAM.MSG.GET.{stream}") as requests:
         await publish(js, stream, data=3, markers=2)  # data 1-3, markers 4-5
         sub = await durable(
             js,
@@ -172,15 +164,11 @@ async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
         for _ in range(3):
             [position] = (await reader.read(nc)).consumers
             assert position.mark_delete == 1
-        await observer.flush()
-        assert len(requests) == 2  # one per filter subject, for the first read only
+        assert await requests.count() == 2  # one per filter subject, for the first read only
         await consume(sub, 2)  # floor 3: only markers after it, nothing pending
         [position] = (await reader.read(nc)).consumers
         assert position.mark_delete == 5
-        await observer.flush()
-        assert len(requests) == 2  # nothing pending: the stream's end, no scan
-    finally:
-        await observer.close()
+        assert await requests.count() == 2  # nothing pending: the stream's end, no scan
 
 
 async def test_unsupported_deliver_policies_are_skipped_with_a_reason(

@@ -7,10 +7,8 @@ import asyncio
 import uuid
 from collections.abc import Mapping
 
-import nats
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
@@ -18,6 +16,7 @@ from nats.js.kv import KeyValue
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
 from sidecar.nats.regional_kv import open_regional_kv
+from tests.support.api_requests import requests_on
 from tests.support.runtime_servers import ServerProcess
 
 pytestmark = pytest.mark.integration
@@ -168,28 +167,16 @@ async def test_data_stored_after_last_seq_was_read_is_never_claimed(
 async def test_each_stored_value_is_scanned_once_while_the_stream_is_quiet(
     nc: Client, js_server: ServerProcess, stream: ReadStream
 ) -> None:
-    requests: list[Msg] = []
-
-    async def count(msg: Msg) -> None:
-        requests.append(msg)
-
-    observer = await nats.connect(js_server.url)
-    try:
-        await observer.subscribe(f"$JS.API.STREAM.MSG.GET.{stream.name}", cb=count)
-        await observer.flush()
+    async with requests_on(js_server.url, f"$JS.API.STREAM.MSG.GET.{stream.name}") as requests:
         cursor = await stream.data(2)
         last = await stream.markers()
         trailing = stream.trailing()
         for _ in range(3):
             assert await trailing.effective(nc, {"spark": cursor}, last) == {"spark": last}
-        await observer.flush()
-        assert len(requests) == 1
+        assert await requests.count() == 1
         # A cursor beyond the last sequence needs no scan at all.
         assert await trailing.effective(nc, {"spark": last + 5}, last) == {"spark": last + 5}
-        await observer.flush()
-        assert len(requests) == 1
-    finally:
-        await observer.close()
+        assert await requests.count() == 1
 
 
 async def test_a_missing_stream_is_an_error_not_a_position(nc: Client) -> None:
