@@ -56,7 +56,8 @@ held stays true):
   every data message at or below its ack floor there is a logical message (an id) of which
   some copy was consumed, or one the guarantee excuses (`_excuse`): a copy of it never
   reached the read stream of a region where the subscription passed that point (limits on
-  the write stream), or it was removed from a read stream under a copy of the subscription
+  the write stream; passed by its floor, or by an effective position standing over removed
+  messages), or it was removed from a read stream under a copy of the subscription
   before that copy passed it (the documented rule; under a copy nobody reads, and by a
   purge, it is counted apart), or it lies removed in the region moved (it can never be
   delivered there); a copy deleted by its user still counts for how far it got;
@@ -1474,11 +1475,12 @@ class World:
 
     def _passed(self, sub: _SimConsumer, region: str) -> int:
         """How far the subscription's copy in `region` ever got (before a user reset or
-        deletion too); 0 where it never existed."""
+        deletion too, and over removed messages its effective position stood beyond, which
+        count as passed: `_read_position`); 0 where it never existed."""
         there = sub.copies.get(region)
         if there is None:
             return sub.deleted_high.get(region, 0)
-        return max(there.high, there.floor)
+        return max(there.high, there.floor, there.checked)
 
     def _check_vector(self, region: str, update: Update) -> None:
         """Claim 1: every data message `(o, s)` with `s <= v[o]` that Q_region holds or will
