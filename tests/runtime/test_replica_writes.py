@@ -122,7 +122,9 @@ async def test_every_write_through_one_address_takes_effect_or_fails_loudly(
         async def both_know_the_durable() -> bool:
             return None not in [await mark_delete(r, DURABLE) for r in (leader, follower)]
 
-        await wait_until(both_know_the_durable, "both replicas to read the durable", 20)
+        # The follower reads positions only in the sweep (`snapshot.sweep_intervals`, 120
+        # intervals of 200 ms here), not on the consumer advisory.
+        await wait_until(both_know_the_durable, "both replicas to read the durable", 60)
         for replicated in (True, False):
             async with new_connection(address) as (_, admin):
                 changed = await admin.SetReplicated(

@@ -369,7 +369,11 @@ async def test_a_cursor_at_the_last_data_message_reaches_the_other_region(
         applied = (await sidecars["east"].get_subscription(STREAM, "spark")).applied
         assert [(a.from_region, a.position) for a in applied] == [("west", position)]
         east_cursors = CursorStore(await east.key_value("rsub-leases-east"))
-        assert (await east_cursors.load(STREAM))["spark"] == position
+
+        async def stored_in_east() -> bool:  # written once the update's move is carried out
+            return (await east_cursors.load(STREAM)).get("spark") == position
+
+        await wait_until(stored_in_east, f"east's stored cursor at {position}")
         # The right position: where west's request landed in east, after all of west's data.
         request = await east.get_msg(read_east, position)
         assert request.subject == f"_rsub.{STREAM}.marker.west"
