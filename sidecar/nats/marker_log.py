@@ -44,7 +44,7 @@ def _stored(msg: Msg) -> StoredMarker:
         seq=msg.metadata.sequence.stream,
         subject=msg.subject,
         data=msg.data,
-        headers=dict(msg.headers or {}),
+        headers=msg.headers or {},
     )
 
 
