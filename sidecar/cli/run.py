@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import structlog
+import uvloop
 
 from sidecar.config import Config, ConfigError, load_config, unrelated_env
 from sidecar.logs import configure_logging
@@ -65,7 +66,10 @@ def run_sidecar(args: argparse.Namespace) -> int:
     if unrelated := unrelated_env(os.environ):
         # Names only: a value may be a secret. Typos of settings were refused by load_config.
         log.warning("env_ignored", variables=unrelated, reason="RSUB_ variables naming no setting")
-    failure = asyncio.run(serve(config))
+    # uvloop: the sidecar's work is many small messages and wake-ups, which its event loop
+    # carries at a fraction of asyncio's CPU (docs/benchmarks.md, "Many streams").
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        failure = runner.run(serve(config))
     if failure is not None:
         print(f"rsub run: {failure}", file=sys.stderr)
         return 3
