@@ -266,7 +266,21 @@ class ShardLeases:
         for shard in excess(self.held, mine, self.holder):
             log.info("shard_released_over_share", shard=shard, share=mine, members=len(live))
             await self._leases[shard].release()
+        # The held shards are renewed all at once, then the others watched or taken in
+        # order: in series, a round takes a round trip per shard, and at 1,000 loaded
+        # streams a slow bucket let the last renewals come after their leases had expired.
+        held = self.held
+        renewals = [self._leases[shard].step(acquire=False) for shard in held]
+        for shard, outcome in zip(
+            held, await asyncio.gather(*renewals, return_exceptions=True), strict=True
+        ):
+            if isinstance(outcome, TimeoutError | NatsError):
+                log.warning("shard_step_failed", shard=shard, error=repr(outcome))
+            elif isinstance(outcome, BaseException):
+                raise outcome
         for shard in self._preference:
+            if shard in held:
+                continue
             lease = self._leases[shard]
             take = self.gate_open is True and len(self.held) < mine
             try:

@@ -3,6 +3,7 @@ rounds are stepped by hand, nothing sleeps)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -116,6 +117,33 @@ async def test_three_replicas_share_every_shard_once_and_stop_moving(region: Reg
     await region.rounds(15)
     assert region.holders() == before
     assert dict(region.acquired) == acquired
+
+
+async def test_the_held_shards_are_renewed_at_once(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round's renewals are in flight together: in series a round takes a round trip per
+    shard, and under load the last renewals came after their leases had expired."""
+    leases = region.add("a")
+    await region.rounds(2)
+    assert len(leases.held) == SHARDS
+    in_flight, most = 0, 0
+    update = region.kv.update
+
+    async def counted(key: str, value: bytes, last: int | None = None) -> int:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.01)  # a slow bucket: renewals that can overlap, overlap
+            return await update(key, value, last=last)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(region.kv, "update", counted)
+    await region.rounds(1)
+    assert len(leases.held) == SHARDS
+    assert most == SHARDS
 
 
 async def test_a_join_moves_only_the_excess_and_takes_its_share(region: Region) -> None:
