@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -119,31 +120,46 @@ async def test_three_replicas_share_every_shard_once_and_stop_moving(region: Reg
     assert dict(region.acquired) == acquired
 
 
-async def test_the_held_shards_are_renewed_at_once(
+class InFlight:
+    """The most calls of a bucket method in flight at once (each held open a little, so that
+    calls that can overlap, overlap)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, kv: KeyValue, method: str) -> None:
+        self.now, self.most = 0, 0
+        call = getattr(kv, method)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            try:
+                await asyncio.sleep(0.01)
+                return await call(*args, **kwargs)
+            finally:
+                self.now -= 1
+
+        monkeypatch.setattr(kv, method, counted)
+
+
+async def test_a_round_renews_and_watches_the_shards_at_once(
     region: Region, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A round's renewals are in flight together: in series a round takes a round trip per
-    shard, and under load the last renewals came after their leases had expired."""
-    leases = region.add("a")
+    """A round's renewals are in flight together, and so are its looks at the shards others
+    hold: in series a round takes a round trip per shard, and under load the last renewals
+    came after their leases had expired."""
+    a = region.add("a")
     await region.rounds(2)
-    assert len(leases.held) == SHARDS
-    in_flight, most = 0, 0
-    update = region.kv.update
-
-    async def counted(key: str, value: bytes, last: int | None = None) -> int:
-        nonlocal in_flight, most
-        in_flight += 1
-        most = max(most, in_flight)
-        try:
-            await asyncio.sleep(0.01)  # a slow bucket: renewals that can overlap, overlap
-            return await update(key, value, last=last)
-        finally:
-            in_flight -= 1
-
-    monkeypatch.setattr(region.kv, "update", counted)
+    assert len(a.held) == SHARDS
+    renewals = InFlight(monkeypatch, region.kv, "update")
     await region.rounds(1)
-    assert len(leases.held) == SHARDS
-    assert most == SHARDS
+    assert len(a.held) == SHARDS
+    assert renewals.most == SHARDS
+
+    b = region.add("b")
+    await region.rounds(4)
+    assert len(a.held) + len(b.held) == SHARDS and len(b.held) == share(SHARDS, 2)
+    looks = InFlight(monkeypatch, region.kv, "get")
+    await region.rounds(1, only=["b"])
+    assert looks.most >= SHARDS - len(b.held)
 
 
 async def test_a_join_moves_only_the_excess_and_takes_its_share(region: Region) -> None:
