@@ -89,7 +89,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
     # loaded streams, a third of the sidecar's CPU (docs/benchmarks.md, "Many streams").
     gc.set_threshold(*_GC_THRESHOLDS)
     # uvloop: the sidecar's work is many small messages and wake-ups, which its event loop
-    # carries at a fraction of asyncio's CPU (docs/benchmarks.md, "Many streams").
+    # carries for less CPU than asyncio's (bench/bench_publish.py: 5-15 % less a publish).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         failure = runner.run(serve(config))
     if failure is not None:

@@ -28,8 +28,8 @@ from nats.js.errors import APIError
 from sidecar.nats import stream_reader
 
 MSG_ID_HEADER = "Nats-Msg-Id"
-EXPECTED_STREAM_HEADER = "Nats-Expected-Stream"
-STATUS_HEADER = "Status"
+_EXPECTED_STREAM_HEADER = "Nats-Expected-Stream"
+_STATUS_HEADER = "Status"
 _NO_RESPONDERS = "503"
 _ACK_TIMEOUT_S = 5.0
 _REPLAY_BATCH = 256
@@ -113,7 +113,7 @@ class MarkerPublisher:
         self._waiting[token] = acked
         timer = loop.call_later(self._timeout_s, _expire, acked, subject)
         try:
-            headers = {MSG_ID_HEADER: msg_id, EXPECTED_STREAM_HEADER: stream}
+            headers = {MSG_ID_HEADER: msg_id, _EXPECTED_STREAM_HEADER: stream}
             await nc.publish(subject, data, reply=self._prefix + token, headers=headers)
             reply = await acked
         finally:
@@ -143,7 +143,7 @@ def _expire(acked: asyncio.Future[Msg], subject: str) -> None:
 
 
 def _published(reply: Msg) -> Published:
-    if reply.headers and reply.headers.get(STATUS_HEADER) == _NO_RESPONDERS:
+    if reply.headers and reply.headers.get(_STATUS_HEADER) == _NO_RESPONDERS:
         raise NoRespondersError
     ack = json.loads(reply.data)
     if "error" in ack:
