@@ -26,12 +26,18 @@ from rsub_dev.sidecars import RegionSidecars, durable_config, read_stored, wait_
 from sidecar.api.errors import NotFound
 from sidecar.naming import VirtualStream
 from sidecar.runtime import Runtime
-from tests.support.nats_users import ADMIN, connect_as, credentials, restrict, sidecar_user
+from tests.support.nats_users import (
+    ADMIN,
+    STREAM,
+    connect_as,
+    restrict,
+    restricted_sidecars,
+    sidecar_user,
+)
 from tests.support.scenario_kit import DEADLINE_S, consume, last_seq, publish
 
 pytestmark = pytest.mark.integration
 
-STREAM = "orders"  # the documented permission blocks name it
 DURABLE = "app"
 RESET = "$JS.API.CONSUMER.RESET.orders-read-east.*"
 CREATE = "$JS.API.CONSUMER.CREATE.orders-read-east.>"
@@ -66,15 +72,9 @@ async def east_lacking(
 ) -> AsyncIterator[tuple[RegionSidecars, JetStreamContext, Client]]:
     """Both sidecars as their documented users, east's without `permission`; the test's
     clients as the admin."""
-    west_user, east_user = sidecar_user("west"), sidecar_user("east")
-    await restrict(cluster, [west_user, east_user.without(permission)])
+    lacking = [sidecar_user("west"), sidecar_user("east").without(permission)]
     async with (
-        RegionSidecars(
-            cluster,
-            streams=[STREAM],
-            serve=False,
-            credentials={"west": credentials(west_user), "east": credentials(east_user)},
-        ) as sidecars,
+        restricted_sidecars(cluster, lacking) as sidecars,
         connect_as(cluster, "west", *ADMIN) as west,
         connect_as(cluster, "east", *ADMIN) as east,
     ):

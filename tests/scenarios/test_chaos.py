@@ -75,7 +75,9 @@ def test_a_delivered_marker_is_caught(history: History) -> None:
     assert rules(check(history)) == {"no_marker"}
 
 
-def test_a_floor_moving_back_is_caught_unless_its_user_deleted_it(history: History) -> None:
+def move_last_floor_back(history: History) -> Position:
+    """Append a read of the latest nonzero consumer floor, one lower and one to two seconds
+    after it; returns the read it moves back from."""
     last = max(
         (p for p in history.positions if p.floor > 0 and p.source == "consumer"),
         key=lambda p: p.started,
@@ -84,6 +86,11 @@ def test_a_floor_moving_back_is_caught_unless_its_user_deleted_it(history: Histo
         last.durable, last.region, last.at + 1, last.at + 2, last.floor - 1, last.source
     )
     history.positions.append(back)
+    return last
+
+
+def test_a_floor_moving_back_is_caught_unless_its_user_deleted_it(history: History) -> None:
+    last = move_last_floor_back(history)
     assert "forward_only" in rules(check(history))
     history.deletions.append(UserDeletion(last.durable, last.region, last.at + 1.5))
     assert "forward_only" not in rules(check(history))
@@ -94,14 +101,7 @@ def test_a_deletion_excuses_a_floor_moving_back_only_if_it_may_lie_between(
 ) -> None:
     """A deletion known to have happened between its request (`at`) and when it was seen
     done (`until`): seed 72's request timed out, the durable was gone all the same."""
-    last = max(
-        (p for p in history.positions if p.floor > 0 and p.source == "consumer"),
-        key=lambda p: p.started,
-    )
-    back = Position(
-        last.durable, last.region, last.at + 1, last.at + 2, last.floor - 1, last.source
-    )
-    history.positions.append(back)
+    last = move_last_floor_back(history)
     # Done before the floor was read: the floor moved back after it, not across it.
     history.deletions.append(
         UserDeletion(last.durable, last.region, last.started - 9, last.started - 1)

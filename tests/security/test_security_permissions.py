@@ -27,14 +27,16 @@ from nats.js.errors import NotFoundError
 
 from rsub_dev.cluster import LocalSuperCluster, find_nats_server
 from rsub_dev.ports import HOST, free_ports
-from rsub_dev.sidecars import RegionSidecars, sidecar_settings, wait_until
+from rsub_dev.sidecars import sidecar_settings, wait_until
 from sidecar.config import Config
 from sidecar.runtime import Runtime
 from tests.support.nats_users import (
     ADMIN,
+    STREAM,
     connect_as,
     credentials,
     restrict,
+    restricted_sidecars,
     sidecar_user,
 )
 from tests.support.permission_blocks import (
@@ -47,7 +49,6 @@ from tests.support.permission_blocks import (
 
 pytestmark = pytest.mark.integration
 
-STREAM = "orders"
 DURABLE = "app"
 # The client is told `Permissions Violation for Publish to "<subject>"`; the server logs
 # `Publish Violation - Subject "<subject>"` (or `Subscription Violation - ...`).
@@ -127,16 +128,10 @@ async def publish(js: JetStreamContext, payloads: list[bytes]) -> None:
 
 
 async def test_restricted_sidecars_replicate_a_durable(cluster2: LocalSuperCluster) -> None:
-    west_user, east_user = sidecar_user("west"), sidecar_user("east")
     west_app, east_app = app_user("west"), app_user("east")
-    await restrict(cluster2, [west_user, east_user, west_app, east_app])
+    users = [sidecar_user("west"), sidecar_user("east"), west_app, east_app]
     async with (
-        RegionSidecars(
-            cluster2,
-            streams=[STREAM],
-            serve=False,
-            credentials={"west": credentials(west_user), "east": credentials(east_user)},
-        ) as sidecars,
+        restricted_sidecars(cluster2, users) as sidecars,
         connect_as(cluster2, "west", *credentials(west_app)) as west_nc,
         connect_as(cluster2, "east", *credentials(east_app)) as east_nc,
         connect_as(cluster2, "east", *ADMIN) as admin_east,

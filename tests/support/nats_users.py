@@ -20,9 +20,11 @@ import nats.errors
 from nats.aio.client import Client
 
 from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.sidecars import RegionSidecars
 from tests.support.permission_blocks import SIDECAR_BLOCK, UserBlock, parse_user
 
 ADMIN = ("admin", "admin-pw")
+STREAM = "orders"  # the documented permission blocks name it
 
 
 def password_of(user: str) -> str:
@@ -55,6 +57,20 @@ async def restrict(cluster: LocalSuperCluster, users: list[UserBlock]) -> None:
         os.kill(pid, signal.SIGHUP)
     for region in cluster.regions:
         await _wait_auth_required(cluster.servers(region))
+
+
+@contextlib.asynccontextmanager
+async def restricted_sidecars(
+    cluster: LocalSuperCluster, users: list[UserBlock]
+) -> AsyncIterator[RegionSidecars]:
+    """`restrict` to `users`, then run a sidecar of `STREAM` per region (not serving) as its
+    documented sidecar user, with whatever permissions `users` gives that user."""
+    await restrict(cluster, users)
+    logins = {r: credentials(sidecar_user(r)) for r in cluster.regions}
+    async with RegionSidecars(
+        cluster, streams=[STREAM], serve=False, credentials=logins
+    ) as sidecars:
+        yield sidecars
 
 
 async def _wait_auth_required(servers: list[str]) -> None:
