@@ -12,7 +12,8 @@ COPY pyproject.toml README.md LICENSE ./
 COPY sidecar ./sidecar
 COPY spark_jobs ./spark_jobs
 # The wheel first (no deps), then the wheel with its locked-by-range deps into the venv that
-# the runtime stage copies; grpcio and protobuf come as manylinux wheels, so no compiler.
+# the runtime stage copies; grpcio, protobuf and uvloop come as manylinux wheels, so no
+# compiler.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
     && python -m venv /opt/rsub \
     && /opt/rsub/bin/pip install /wheels/rsub-*.whl

@@ -10,9 +10,11 @@ replicated durables in west, never consumed. For each `--progress` setting in tu
 and east's sidecars run as `rsub run` processes (1 s snapshot interval, `progress.enabled` as
 given) and west's is measured: CPU seconds (user + system, from /proc) over a window, its
 resident memory, snapshots completed per second against those wanted (one per stream per
-interval while loaded, none idle), the CPU of the nats-server processes in the same
-window (are the servers the limit?), how long the sidecar was ready to run but waited for
-a CPU (/proc/<pid>/schedstat: is the machine the limit?), and its origin index
+interval while loaded, none idle) and its CPU per completed snapshot, the CPU of the
+nats-server processes, of east's sidecar and of this bench (the publisher) in the same
+window (where the rest of the machine went: are the servers the limit?), how long the
+sidecar was ready to run but waited for a CPU (/proc/<pid>/schedstat: is the machine the
+limit?), and its origin index
 (`rsub_origin_index_bytes` summed over the streams) against the data messages west's read
 streams hold. First idle (no new data: no snapshot starts), then with one message per
 stream per second published in west (every stream snapshots every second). The idle window
@@ -75,6 +77,7 @@ REGIONS = ("west", "east")
 CONCURRENCY = 20
 IN_FLIGHT = 200
 READY_TIMEOUT_S = 600.0
+SCRAPE_TIMEOUT_S = 120.0
 _TICKS = os.sysconf("SC_CLK_TCK")
 _THIS = Path(__file__).resolve().parent.parent
 _SETTINGS = {"on": True, "off": False}
@@ -161,9 +164,10 @@ async def bounded(jobs: Iterable[Awaitable[T]]) -> list[T]:
 
 async def metric_totals(proc: SidecarProcess, samples: Sequence[str]) -> list[float]:
     """The sum of each of `samples` over all its label sets in `proc`'s /metrics (one scrape:
-    at 1,000 streams one costs the sidecar about a second of CPU)."""
+    at 1,000 streams one costs the sidecar about a second of CPU, so a saturated one at 3,000
+    takes many seconds to answer)."""
     totals = dict.fromkeys(samples, 0.0)
-    for family in text_string_to_metric_families(await proc.metrics_text()):
+    for family in text_string_to_metric_families(await proc.metrics_text(SCRAPE_TIMEOUT_S)):
         for s in family.samples:
             if s.name in totals:
                 totals[s.name] += s.value
@@ -206,6 +210,7 @@ async def completed(procs: Sequence[SidecarProcess]) -> float:
 
 async def window(
     procs: Sequence[SidecarProcess],
+    east: SidecarProcess,
     js: JetStreamContext,
     streams: Sequence[VirtualStream],
     seconds: float,
@@ -224,11 +229,14 @@ async def window(
         cpu_wait_seconds(pids[0]),
         time.monotonic(),
     )
-    servers_cpu = [cpu_seconds(pid) for pid in servers]
+    # Where the rest of the machine went: the servers, east's sidecar, this bench (publisher).
+    rest = [*servers, east.pid, os.getpid()]
+    rest_cpu = [cpu_seconds(pid) for pid in rest]
     await asyncio.sleep(seconds)
     cpu = [cpu_seconds(p) - before for p, before in zip(pids, cpu, strict=True)]
     waited = cpu_wait_seconds(pids[0]) - waited
-    servers_cpu = [cpu_seconds(p) - before for p, before in zip(servers, servers_cpu, strict=True)]
+    rest_cpu = [cpu_seconds(p) - before for p, before in zip(rest, rest_cpu, strict=True)]
+    *servers_cpu, east_cpu, bench_cpu = rest_cpu
     elapsed = time.monotonic() - started
     snaps = await completed(procs) - snaps
     wanted = len(streams) if task is not None else 0
@@ -240,13 +248,15 @@ async def window(
     each = ""
     if len(pids) > 1:
         each = " [" + " + ".join(f"{100 * c / elapsed:.1f}" for c in cpu) + "]"
+    per_snapshot = f", {1000 * sum(cpu) / snaps:.2f} ms per snapshot" if snaps else ""
     rss = " + ".join(f"{m['VmRSS']:.0f}" for m in mems)
     peak = " + ".join(f"{m['VmHWM']:.0f}" for m in mems)
     print(
         f"{label:>20}: CPU {sum(cpu):6.2f} s in {elapsed:.0f} s ({100 * sum(cpu) / elapsed:5.1f} "
         f"% of a core{each}), RSS {rss} MiB (peak {peak} MiB), "
-        f"{snaps / elapsed:.1f} snapshots/s completed (of {wanted} wanted), servers CPU "
-        f"{servers_pct} % of a core; west's (first) sidecar waited for a CPU "
+        f"{snaps / elapsed:.1f} snapshots/s completed (of {wanted} wanted{per_snapshot}), "
+        f"servers CPU {servers_pct} % of a core, east's sidecar {100 * east_cpu / elapsed:.0f} "
+        f"%, this bench {100 * bench_cpu / elapsed:.0f} %; west's (first) sidecar waited for a CPU "
         f"{100 * waited / elapsed:.0f} % of the time (load average {os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} cores), {await index_figures(procs[0], js, streams)}",
         flush=True,
@@ -366,10 +376,10 @@ async def sidecars(
     workdir: Path,
     sweep_intervals: int | None = None,
     replicas: int = 1,
-) -> AsyncIterator[tuple[list[SidecarProcess], BringUp]]:
+) -> AsyncIterator[tuple[list[SidecarProcess], SidecarProcess, BringUp]]:
     """Both regions' sidecars with `progress` (and `sweep_intervals` when given), `replicas`
     of west's, each started once the one before has rebuilt every stream, west first; yields
-    west's and how the first one's start went."""
+    west's, east's and how the first one's start went."""
 
     def settings(region: str) -> dict[str, Any]:
         values = sidecar_settings(
@@ -393,7 +403,7 @@ async def sidecars(
         for proc in procs:
             await proc.start()
             started.append(await brought_up(proc))
-        yield wests, started[0]
+        yield wests, procs[-1], started[0]
     finally:
         await asyncio.gather(*(p.stop() for p in procs))
 
@@ -438,15 +448,25 @@ async def run(args: Options, directory: Path) -> None:
                     enabled = _SETTINGS[setting]
                     async with sidecars(cluster, names, enabled, workdir, sweep, replicas) as (
                         wests,
+                        east,
                         start,
                     ):
                         label = f"{code}, {setting}" + (f", x{replicas}" if replicas > 1 else "")
                         print(started_line(label, wests[0], start), flush=True)
                         await settled(wests)
-                        await window(wests, js, streams, args.seconds, f"{label}, idle", servers)
+                        await window(
+                            wests, east, js, streams, args.seconds, f"{label}, idle", servers
+                        )
                         load = publish_each_stream(conns["west"], streams)
                         await window(
-                            wests, js, streams, args.seconds, f"{label}, loaded", servers, load
+                            wests,
+                            east,
+                            js,
+                            streams,
+                            args.seconds,
+                            f"{label}, loaded",
+                            servers,
+                            load,
                         )
             if args.backlog > 0:
                 await backlog_passes(args, cluster, conns, streams, directory)
@@ -480,11 +500,15 @@ async def backlog_passes(
     for setting in args.progress:
         workdir = directory / f"backlog-{setting}"
         with code_of(None):
-            async with sidecars(cluster, names, _SETTINGS[setting], workdir) as (wests, start):
+            async with sidecars(cluster, names, _SETTINGS[setting], workdir) as (
+                wests,
+                east,
+                start,
+            ):
                 print(started_line(f"progress {setting}", wests[0], start, ", backlog"), flush=True)
                 label = f"{setting}, backlog, idle"
                 servers = server_pids(directory / "cluster")
-                await window(wests, js, streams, args.backlog_seconds, label, servers)
+                await window(wests, east, js, streams, args.backlog_seconds, label, servers)
 
 
 def counts(text: str) -> list[int]:

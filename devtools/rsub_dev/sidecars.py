@@ -487,9 +487,9 @@ class SidecarProcess:
             except TimeoutError as exc:
                 raise self._failure(f"not ready: {exc}; last: {last}") from exc
 
-    async def metrics_text(self) -> str:
+    async def metrics_text(self, timeout_s: float = 5.0) -> str:
         async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http,
             http.get(f"http://{HOST}:{self.http_port}/metrics") as resp,
         ):
             return await resp.text()

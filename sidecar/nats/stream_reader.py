@@ -107,6 +107,10 @@ async def tail(
     async def deliver(msg: Msg) -> None:
         nonlocal heard
         heard = True
+        headers = msg.headers
+        idle = headers and api.Header.STATUS in headers and _CONSUMER_STALLED not in headers
+        if idle and not msg.reply:
+            return  # an idle heartbeat: heard, nothing to answer (most of an idle tail's work)
         received.put_nowait(msg)
 
     def check_silence() -> None:
@@ -144,7 +148,8 @@ async def tail(
                 raise TailGap(f"{stream}: no message nor heartbeat for {_TAIL_SILENCE_S} s")
             headers = msg.headers
             if headers and api.Header.STATUS in headers:
-                # 100: a heartbeat, or a flow-control request (answered: taken so far).
+                # 100: a flow-control request, or a heartbeat reporting a stall (answered:
+                # taken so far); idle heartbeats stop at `deliver`.
                 reply = msg.reply or headers.get(_CONSUMER_STALLED)
                 if reply:
                     await nc.publish(reply)

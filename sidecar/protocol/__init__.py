@@ -51,7 +51,7 @@ Outputs (frozen dataclasses)
               UpdateSent, UpdateApplied, MarkerIgnored(reason), MarkerRejected, LeadershipLost
 
 Queries
-    subscription(name) / subscriptions() -> MachineSubscription, completed_snapshots(),
+    subscription(name) / subscriptions() -> MachineSubscription, gauges(), completed_snapshots(),
     pending() -> PendingView | None, last_completed_ms, is_leader, epoch.
 
 Followers track completed snapshots (from the snapshot markers in the read stream), updates
@@ -84,6 +84,7 @@ from sidecar.protocol.machine import (
     SnapshotTimedOut,
     StreamMachine,
     SubscriptionAction,
+    SubscriptionGauges,
     SubscriptionInfo,
     UpdateApplied,
     UpdateSent,
@@ -138,6 +139,7 @@ __all__ = [
     "SnapshotTimedOut",
     "StreamMachine",
     "SubscriptionAction",
+    "SubscriptionGauges",
     "SubscriptionInfo",
     "SubscriptionKind",
     "Update",

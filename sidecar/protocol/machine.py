@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sidecar.protocol.cache import SnapshotCache
@@ -243,6 +243,20 @@ class MachineSubscription:
     exposure: int | None
     """Data messages above `mark_delete` covered by `progress`: what a native consumer here
     would receive again if the region it is consumed in were lost now (None: no vector)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionGauges:
+    """What one subscription's gauges show (`StreamMachine.gauges`)."""
+
+    name: str
+    exposure: int | None
+    """As `MachineSubscription.exposure`."""
+    replay_gap: int | None
+    """Messages between the local position of the last update sent and `mark_delete` (what
+    a failover replays by snapshots alone); None unless replicated with an update sent."""
+    regions: tuple[str, ...]
+    """The regions that update went to (empty when `replay_gap` is None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -572,6 +586,17 @@ class StreamMachine:
 
     def subscriptions(self) -> list[MachineSubscription]:
         return [v for n in sorted(self._subs) if (v := self.subscription(n)) is not None]
+
+    def gauges(self) -> Iterator[SubscriptionGauges]:
+        """Per subscription, only what its gauges show: read every interval of every stream,
+        it builds none of `subscription`'s copies."""
+        for name, sub in self._subs.items():
+            sent = sub.last_sent
+            if sub.info.replicated and sent is not None and sub.mark_delete is not None:
+                gap = max(0, sub.mark_delete - sent.local_position)
+                yield SubscriptionGauges(name, sub.exposure, gap, tuple(sent.positions))
+            else:
+                yield SubscriptionGauges(name, sub.exposure, None, ())
 
     # ---- overridable steps (the simulator's broken variants replace these) -----------------
 

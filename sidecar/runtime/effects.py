@@ -19,7 +19,6 @@ from nats.js.errors import NotFoundError
 
 from sidecar.naming import VirtualStream
 from sidecar.nats import consumers
-from sidecar.nats.marker_log import publish_marker
 from sidecar.protocol import (
     Action,
     CreateConsumer,
@@ -128,8 +127,10 @@ class Effects:
 
     async def _publish(self, stream: str, subject: str, marker: Marker) -> None:
         # The id is derived from the content: a retried publish is stored once.
-        js = self._handles.conn.js
-        await publish_marker(js, stream, subject, encode(marker), marker_msg_id(marker))
+        handles = self._handles
+        await handles.markers.publish(
+            handles.conn.nc, stream, subject, encode(marker), marker_msg_id(marker)
+        )
 
 
 def _consumer_config(raw: bytes) -> dict[str, Any] | None:

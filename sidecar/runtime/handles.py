@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.cursors import CursorStore
+from sidecar.nats.marker_log import MarkerPublisher
 from sidecar.nats.shards import ShardLeases
 
 
@@ -19,6 +20,7 @@ class RegionHandles:
     conn: NatsConnection
     cursor_store: CursorStore | None = None
     leases: ShardLeases | None = None
+    markers: MarkerPublisher = field(default_factory=MarkerPublisher)
 
     def cursors(self) -> CursorStore:
         """The cursor store; only used after the bring-up (drivers and writes start later)."""

@@ -48,8 +48,10 @@ class StreamObserver:
             name, [*(r.value for r in RejectReason), IgnoreReason.STALE_EPOCH.value]
         )
         self._reported: set[str] = set()
-        self._gap_series: set[str] = set()
-        self._exposure_series: set[str] = set()
+        # The values last set, per subscription (`machine_stepped`).
+        self._index_bytes = -1
+        self._gaps: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._exposures: dict[str, int] = {}
         self._last_marker_ms: dict[str, int] = {}
 
     def marker_read(self, seq: int, decoded: Marker | Rejected) -> None:
@@ -143,28 +145,33 @@ class StreamObserver:
     def machine_stepped(self, machine: StreamMachine) -> None:
         """Replay-gap gauges of the replicated subscriptions that sent an update, exposure
         gauges of those that received progress, the origin index's size; the series of a
-        subscription that no longer qualifies are dropped, not left at a stale value."""
+        subscription that no longer qualifies are dropped, not left at a stale value. Only
+        values that changed are set (at a thousand streams, setting every series every
+        interval cost a tenth of the sidecar's CPU)."""
         metrics, name = self._metrics, self._name
-        metrics.set_origin_index_bytes(name, machine.origin_index_runs * _INDEX_RUN_BYTES)
-        live: set[str] = set()
-        exposed: set[str] = set()
-        for sub in machine.subscriptions():
+        index_bytes = machine.origin_index_runs * _INDEX_RUN_BYTES
+        if index_bytes != self._index_bytes:
+            self._index_bytes = index_bytes
+            metrics.set_origin_index_bytes(name, index_bytes)
+        gaps: dict[str, tuple[int, tuple[str, ...]]] = {}
+        exposures: dict[str, int] = {}
+        for sub in machine.gauges():
             if sub.exposure is not None:
-                exposed.add(sub.name)
-                metrics.set_failover_exposure(name, sub.name, sub.exposure)
-            sent = sub.last_update_sent
-            if not sub.replicated or sent is None or sub.mark_delete is None:
-                continue
-            live.add(sub.name)
-            gap = max(0, sub.mark_delete - sent.local_position)
-            for region in sent.positions:
-                metrics.set_replay_gap(name, sub.name, region, gap)
-        for gone in self._gap_series - live:
-            metrics.forget_subscription(name, gone)
-        for gone in self._exposure_series - exposed:
+                exposures[sub.name] = sub.exposure
+            if sub.replay_gap is not None:
+                gaps[sub.name] = (sub.replay_gap, sub.regions)
+        for sub_name, exposure in exposures.items():
+            if self._exposures.get(sub_name) != exposure:
+                metrics.set_failover_exposure(name, sub_name, exposure)
+        for gone in self._exposures.keys() - exposures.keys():
             metrics.set_failover_exposure(name, gone, None)
-        self._gap_series = live
-        self._exposure_series = exposed
+        for sub_name, (gap, regions) in gaps.items():
+            if self._gaps.get(sub_name) != (gap, regions):
+                for region in regions:
+                    metrics.set_replay_gap(name, sub_name, region, gap)
+        for gone in self._gaps.keys() - gaps.keys():
+            metrics.forget_subscription(name, gone)
+        self._gaps, self._exposures = gaps, exposures
 
     def _report_once(self, key: str, event: str, **fields: Any) -> None:
         if key in self._reported:

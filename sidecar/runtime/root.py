@@ -138,9 +138,10 @@ class Runtime(RuntimeBackend):
         self._spawn(self._bring_up(), "bring-up")
         log.info("runtime_started", region=self.region, holder=self.holder)
 
-    async def wait_ready(self, timeout_s: float) -> None:
+    async def wait_ready(self, timeout_s: float | None) -> None:
         """Wait until connected, the topology applied and every stream rebuilt and tailing
-        (with discovery on: also those found by the first round, which is done by then).
+        (with discovery on: also those found by the first round, which is done by then);
+        `timeout_s` None waits as long as it takes.
 
         Raises the `NatsRefused` error as soon as NATS refuses the first connection.
         """

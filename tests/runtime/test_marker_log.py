@@ -7,16 +7,20 @@ import contextlib
 import uuid
 from collections.abc import AsyncGenerator
 
+import nats
 import pytest
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from sidecar.nats.marker_log import (
+    MarkerPublisher,
     StoredMarker,
-    publish_marker,
     replay_markers,
     tail_markers,
 )
+from tests.support.runtime_servers import ServerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -33,9 +37,9 @@ async def stream(js: JetStreamContext) -> str:
     return name
 
 
-async def put_marker(js: JetStreamContext, stream: str, payload: bytes) -> int:
-    published = await publish_marker(
-        js, stream, f"_rsub.{stream}.marker.west", payload, f"rsub-west-{uuid.uuid4().hex}"
+async def put_marker(nc: Client, stream: str, payload: bytes) -> int:
+    published = await MarkerPublisher().publish(
+        nc, stream, f"_rsub.{stream}.marker.west", payload, f"rsub-west-{uuid.uuid4().hex}"
     )
     return published.seq
 
@@ -51,10 +55,10 @@ async def collect(markers: AsyncGenerator[StoredMarker, None], n: int) -> list[S
 
 
 async def test_replay_yields_exactly_the_stored_markers_and_skips_data(
-    js: JetStreamContext, stream: str
+    nc: Client, js: JetStreamContext, stream: str
 ) -> None:
     await js.publish(f"{stream}.west.a", b"data")
-    seqs = [await put_marker(js, stream, f"m{i}".encode()) for i in range(300)]
+    seqs = [await put_marker(nc, stream, f"m{i}".encode()) for i in range(300)]
     await js.publish(f"{stream}.west.b", b"data")
 
     replayed = [m async for m in replay_markers(js, stream, f"_rsub.{stream}.>")]
@@ -77,30 +81,64 @@ async def test_replay_of_a_stream_without_markers_is_empty(
 
 
 async def test_tail_starts_at_the_given_sequence_and_sees_new_markers(
-    js: JetStreamContext, stream: str
+    nc: Client, js: JetStreamContext, stream: str
 ) -> None:
-    first = await put_marker(js, stream, b"old")
+    first = await put_marker(nc, stream, b"old")
     await js.publish(f"{stream}.west.a", b"data")
-    second = await put_marker(js, stream, b"kept")
+    second = await put_marker(nc, stream, b"kept")
     task = asyncio.create_task(collect(tail_markers(js, stream, f"_rsub.{stream}.>", first + 1), 2))
     await asyncio.sleep(0.2)
-    third = await put_marker(js, stream, b"live")
+    third = await put_marker(nc, stream, b"live")
     got = await asyncio.wait_for(task, 10)
     assert [(m.seq, m.data) for m in got] == [(second, b"kept"), (third, b"live")]
 
 
 async def test_publish_with_a_repeated_msg_id_is_a_duplicate(
-    js: JetStreamContext, stream: str
+    nc: Client, js: JetStreamContext, stream: str
 ) -> None:
     subject = f"_rsub.{stream}.snapshot.west"
     msg_id = f"rsub-west-{uuid.uuid4().hex}"
-    first = await publish_marker(js, stream, subject, b"x", msg_id)
-    again = await publish_marker(js, stream, subject, b"x", msg_id)
+    publisher = MarkerPublisher()
+    first = await publisher.publish(nc, stream, subject, b"x", msg_id)
+    again = await publisher.publish(nc, stream, subject, b"x", msg_id)
     assert not first.duplicate and again.duplicate
     assert again.seq == first.seq
     assert (await js.stream_info(stream)).state.messages == 1
 
 
-async def test_publish_to_the_wrong_stream_is_refused(js: JetStreamContext, stream: str) -> None:
+async def test_publish_to_the_wrong_stream_is_refused(nc: Client, stream: str) -> None:
     with pytest.raises(APIError, match="expected stream"):
-        await publish_marker(js, "other", f"_rsub.{stream}.marker.west", b"x", "id-1")
+        await MarkerPublisher().publish(nc, "other", f"_rsub.{stream}.marker.west", b"x", "id-1")
+
+
+async def test_publish_where_no_stream_listens_is_refused(nc: Client, stream: str) -> None:
+    with pytest.raises(NoRespondersError):
+        await MarkerPublisher().publish(nc, stream, "_rsub.nowhere.marker.west", b"x", "id-2")
+
+
+async def test_publish_unacknowledged_times_out(nc: Client) -> None:
+    """Something that takes the subject but never answers: the marker is not acknowledged."""
+    await nc.subscribe("_rsub.silent.marker.west")
+    publisher = MarkerPublisher(timeout_s=0.2)
+    with pytest.raises(TimeoutError):
+        await publisher.publish(nc, "silent", "_rsub.silent.marker.west", b"x", "id-3")
+
+
+async def test_one_publisher_serves_many_at_once_and_a_new_client(
+    nc: Client, js: JetStreamContext, stream: str, js_server: ServerProcess
+) -> None:
+    """Concurrent publishes each get their own acknowledgement; a new client (the sidecar's
+    connection replaced) is listened on anew."""
+    publisher = MarkerPublisher()
+    subject = f"_rsub.{stream}.marker.west"
+    first = await asyncio.gather(
+        *(publisher.publish(nc, stream, subject, b"x", f"a-{i}") for i in range(50))
+    )
+    assert sorted(p.seq for p in first) == list(range(1, 51))
+    other = await nats.connect(js_server.url)
+    try:
+        again = await publisher.publish(other, stream, subject, b"x", "b-0")
+    finally:
+        await other.close()
+    assert (again.seq, again.duplicate) == (51, False)
+    assert (await js.stream_info(stream)).state.messages == 51

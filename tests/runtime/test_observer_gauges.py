@@ -36,6 +36,21 @@ def published(outputs: Sequence[Output]) -> list[Marker]:
     return [o.marker for o in outputs if isinstance(o, PublishReplicated | PublishLocal)]
 
 
+def snapshotted() -> StreamMachine:
+    """Leader `a` of regions `a` and `b`, with one snapshot completed at local position 12
+    over its data 1-10."""
+    a, b = leader("a"), leader("b")
+    a.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
+    a.read_stream_advanced(10)
+    (request,) = published(a.tick(1_000))
+    assert isinstance(request.body, Request)
+    (response,) = published(b.marker_seen(20, request))
+    a.marker_seen(11, request)
+    a.marker_seen(12, response)
+    assert len(a.completed_snapshots()) == 1
+    return a
+
+
 def gap(metrics: SidecarMetrics) -> float | None:
     return metrics.registry.get_sample_value(
         GAP, {"stream": STREAM, "subscription": "d", "region": "b"}
@@ -47,17 +62,9 @@ def test_the_replay_gap_grows_past_the_last_snapshot_sent_while_vectors_go_out()
     `d` is consumed. The gauge stays measured from the last update with a snapshot (what a
     failover to `b` replays by snapshots alone), so it grows with the consumption: a vector
     sent must not reset it (that would hide the fault `RsubReplayGapHigh` is for)."""
-    a, b = leader("a"), leader("b")
+    a = snapshotted()
     metrics = SidecarMetrics()
     observer = StreamObserver(STREAM, metrics)
-    a.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
-    a.read_stream_advanced(10)
-    (request,) = published(a.tick(1_000))
-    assert isinstance(request.body, Request)
-    (response,) = published(b.marker_seen(20, request))
-    a.marker_seen(11, request)
-    a.marker_seen(12, response)
-    assert len(a.completed_snapshots()) == 1
     a.positions_read({"d": 12}, 12)  # past the snapshot (local position 12): an update
     observer.machine_stepped(a)
     assert gap(metrics) == 0
@@ -73,3 +80,23 @@ def test_the_replay_gap_grows_past_the_last_snapshot_sent_while_vectors_go_out()
     assert (dict(vector.progress), vector.local_position) == ({"a": 90}, 12)
     observer.machine_stepped(a)
     assert gap(metrics) == 90 - 12
+
+
+def test_the_gauges_follow_each_step_and_go_with_their_subscription() -> None:
+    """The observer sets only what changed since its last look: a value that changes after
+    steps that changed nothing still reaches the gauge, and a deleted subscription's series go."""
+    a = snapshotted()
+    metrics = SidecarMetrics()
+    observer = StreamObserver(STREAM, metrics)
+    a.positions_read({"d": 12}, 12)
+    for _ in range(2):  # unchanged: nothing to set
+        observer.machine_stepped(a)
+    assert gap(metrics) == 0
+    a.data_indexed([DataEntry(seq, "a", seq) for seq in range(13, 41)])
+    a.read_stream_advanced(40)
+    a.positions_read({"d": 40}, 40)
+    observer.machine_stepped(a)
+    assert gap(metrics) == 40 - 12
+    a.subscriptions_changed({})
+    observer.machine_stepped(a)
+    assert gap(metrics) is None

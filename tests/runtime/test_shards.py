@@ -3,6 +3,7 @@ rounds are stepped by hand, nothing sleeps)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -116,6 +118,48 @@ async def test_three_replicas_share_every_shard_once_and_stop_moving(region: Reg
     await region.rounds(15)
     assert region.holders() == before
     assert dict(region.acquired) == acquired
+
+
+class InFlight:
+    """The most calls of a bucket method in flight at once (each held open a little, so that
+    calls that can overlap, overlap)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, kv: KeyValue, method: str) -> None:
+        self.now, self.most = 0, 0
+        call = getattr(kv, method)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            try:
+                await asyncio.sleep(0.01)
+                return await call(*args, **kwargs)
+            finally:
+                self.now -= 1
+
+        monkeypatch.setattr(kv, method, counted)
+
+
+async def test_a_round_renews_and_watches_the_shards_at_once(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round's renewals are in flight together, and so are its looks at the shards others
+    hold: in series a round takes a round trip per shard, and under load the last renewals
+    came after their leases had expired."""
+    a = region.add("a")
+    await region.rounds(2)
+    assert len(a.held) == SHARDS
+    renewals = InFlight(monkeypatch, region.kv, "update")
+    await region.rounds(1)
+    assert len(a.held) == SHARDS
+    assert renewals.most == SHARDS
+
+    b = region.add("b")
+    await region.rounds(4)
+    assert len(a.held) + len(b.held) == SHARDS and len(b.held) == share(SHARDS, 2)
+    looks = InFlight(monkeypatch, region.kv, "get")
+    await region.rounds(1, only=["b"])
+    assert looks.most >= SHARDS - len(b.held)
 
 
 async def test_a_join_moves_only_the_excess_and_takes_its_share(region: Region) -> None:
