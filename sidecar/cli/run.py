@@ -86,7 +86,7 @@ def run_sidecar(args: argparse.Namespace) -> int:
         log.warning("env_ignored", variables=unrelated, reason="RSUB_ variables naming no setting")
     # The sidecar holds millions of long-lived objects and allocates steadily under load: at
     # CPython's default thresholds (700, 10, 10) the cyclic GC took 18 % of a core at 1,000
-    # loaded streams, a third of the sidecar's CPU (docs/benchmarks.md, "Many streams").
+    # loaded streams (6.3 s of a 35 s window, timed with gc.callbacks; docs/benchmarks.md).
     gc.set_threshold(*_GC_THRESHOLDS)
     # uvloop: the sidecar's work is many small messages and wake-ups, which its event loop
     # carries for less CPU than asyncio's (bench/bench_publish.py: 5-15 % less a publish).

@@ -146,8 +146,8 @@ class StreamObserver:
         """Replay-gap gauges of the replicated subscriptions that sent an update, exposure
         gauges of those that received progress, the origin index's size; the series of a
         subscription that no longer qualifies are dropped, not left at a stale value. Only
-        values that changed are set (at a thousand streams, setting every series every
-        interval cost a tenth of the sidecar's CPU)."""
+        values that changed are set (at a thousand loaded streams this method, building every
+        subscription's full view and setting every series, was 10.5 % of py-spy's samples)."""
         metrics, name = self._metrics, self._name
         index_bytes = machine.origin_index_runs * _INDEX_RUN_BYTES
         if index_bytes != self._index_bytes:
