@@ -11,9 +11,12 @@ import re
 import shutil
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 from grpc_tools import protoc
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
@@ -21,6 +24,13 @@ PROTOS = ROOT / "protos"
 SOURCES = PROTOS / "rsub"
 PACKAGE = "sidecar._gen"
 IMPORT_RE = re.compile(r"^from rsub\.v1 import ", re.MULTILINE)
+# The runtime versions the generated code refuses to import below, and the distributions
+# whose declared floor (pyproject.toml) must be at least that version.
+GENCODE_FLOORS = {
+    "protobuf": (re.compile(r"^# Protobuf Python Version: (\S+)$", re.MULTILINE), "_pb2.py"),
+    "grpcio": (re.compile(r"^GRPC_GENERATED_VERSION = '([^']+)'$", re.MULTILINE), "_grpc.py"),
+}
+GRPC_COMPANIONS = ("grpcio-health-checking", "grpcio-reflection")
 
 
 def generate(out: Path) -> None:
@@ -54,12 +64,42 @@ def main() -> int:
             if stale:
                 print("generated protobuf code is stale; run `make proto`:", *stale, sep="\n  ")
                 return 1
-            print("generated protobuf code is current")
+            floors = floor_problems(target, ROOT / "pyproject.toml")
+            if floors:
+                print("declared dependency floors below what the generated code needs:")
+                print(*floors, sep="\n  ")
+                return 1
+            print("generated protobuf code is current; the declared floors admit it")
             return 0
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(out, target)
     print(f"generated {target.relative_to(ROOT)}")
     return 0
+
+
+def floor_problems(generated: Path, pyproject: Path) -> list[str]:
+    """Each dependency whose lowest declared version could not import the generated code.
+
+    protobuf's gencode refuses an older runtime (VersionError) and grpc's refuses an older
+    grpcio (RuntimeError): a floor below the generator's version is a false promise.
+    """
+    declared = {
+        Requirement(r).name: Requirement(r)
+        for r in tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    }
+    needed: dict[str, Version] = {}
+    for dist, (pattern, suffix) in GENCODE_FLOORS.items():
+        for path in generated.rglob(f"*{suffix}"):
+            for found in pattern.findall(path.read_text()):
+                needed[dist] = max(needed.get(dist, Version(found)), Version(found))
+    if "grpcio" in needed:
+        needed.update(dict.fromkeys(GRPC_COMPANIONS, needed["grpcio"]))
+    problems = []
+    for dist, version in sorted(needed.items()):
+        floors = [Version(s.version) for s in declared[dist].specifier if s.operator == ">="]
+        if not floors or max(floors) < version:
+            problems.append(f"{dist}: declared {declared[dist].specifier}, needs >={version}")
+    return problems
 
 
 def _differences(fresh: Path, committed: Path) -> list[str]:

@@ -8,6 +8,7 @@ of the product packages may live only for the harness's sake.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,3 +218,25 @@ def _cycle(edges: dict[str, set[str]]) -> list[str]:
         if start not in state and (found := visit(start, [])):
             return found
     return []
+
+
+def _floor_problems() -> Any:
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "protos" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.floor_problems
+
+
+def test_declared_floors_admit_the_generated_code(tmp_path: Path) -> None:
+    """The lowest protobuf and grpcio the metadata allows can import `sidecar/_gen` (their
+    gencode refuses an older runtime); floors below that are found (`make proto-check`)."""
+    floor_problems = _floor_problems()
+    generated = ROOT / "sidecar" / "_gen"
+    assert floor_problems(generated, ROOT / "pyproject.toml") == []
+    low = (ROOT / "pyproject.toml").read_text()
+    low = re.sub(r'"protobuf>=[^,"]+', '"protobuf>=6.31', low)
+    low = re.sub(r'"grpcio-reflection>=[^,"]+', '"grpcio-reflection>=1.74', low)
+    (tmp_path / "pyproject.toml").write_text(low)
+    found = floor_problems(generated, tmp_path / "pyproject.toml")
+    assert [p.split(":")[0] for p in found] == ["grpcio-reflection", "protobuf"]
