@@ -168,6 +168,14 @@ def test_same_seed_same_run() -> None:
     assert run(43).trace != first.trace
 
 
+def test_a_move_failed_after_its_user_deleted_the_durable_is_not_owed() -> None:
+    """Seed 860853044175: a user deleted a durable, then a move of it failed before the
+    sidecar read the listing without it. The machine forgets it at that read, as for a
+    deletion after the failure; the next update naming the region creates it again."""
+    seed = 860853044175
+    _check(run(seed, SimParams.draw(random.Random(seed ^ 0x5EED))))
+
+
 # ---- deliberately broken variants -----------------------------------------------------------
 
 

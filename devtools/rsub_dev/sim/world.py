@@ -83,8 +83,8 @@ held stays true):
   machine returns outputs, reads positions or learns an action's outcome;
 - retried: a move or creation that failed at random is asked for again by the leader that
   asked for it within `_RETRY_WINDOW_MS` of running (frozen time not counted), unless the
-  copy got there by itself, its user deleted it (the machine then forgets it; the next
-  update creates it again) or that leader is gone;
+  copy got there by itself, its user deleted it, before or after the failure (the machine
+  then forgets it; the next update creates it again) or that leader is gone;
 - fencing: a marker whose epoch is below one its region already wrote (as fed to that
   instance) changes nothing, and an instance fed a marker its own region wrote with a newer
   epoch than its own never publishes or moves again (data safety does not rest on it: a
@@ -974,8 +974,14 @@ class World:
             self._note("move failed", region, action)
             self.stats["actions_failed"] += 1
             number = self.stats["actions_failed"]
-            self.failed[key] = (number, action)
-            self._at(self.now + _RETRY_WINDOW_MS, self._check_retried, region, inst, action, number)
+            # A move of a durable its user deleted before (the machine has not read the
+            # listing without it yet) fails whatever happens: it is gone, as below, and the
+            # machine forgets it at that read, not a retry to wait for (seed 860853044175).
+            if self._creating(action) or region in self.subs[action.subscription].copies:
+                self.failed[key] = (number, action)
+                self._at(
+                    self.now + _RETRY_WINDOW_MS, self._check_retried, region, inst, action, number
+                )
             self._handle(region, inst, inst.machine.action_failed(action))
         elif (copy := self._move(region, inst, action)) is None:
             self._note("move gone", region, action)
@@ -984,6 +990,10 @@ class World:
             self._note("move", region, action)
             self._handle(region, inst, inst.machine.action_done(action, copy.floor))
         self._check_reported(region, inst)
+
+    @staticmethod
+    def _creating(action: SubscriptionAction) -> bool:
+        return isinstance(action, CreateConsumer | CreateCursor)
 
     def _move(
         self,
@@ -994,7 +1004,7 @@ class World:
         """Carries `action` out as the runtime does: the copy after it, or None when its user
         deleted the durable (`subscription_gone`: nothing moved, nothing created)."""
         sub = self.subs[action.subscription]
-        creating = isinstance(action, CreateConsumer | CreateCursor)
+        creating = self._creating(action)
         reported = inst.reported.get(action.subscription)
         if not creating and reported is not None and action.ack_floor <= reported:
             raise Violation(
