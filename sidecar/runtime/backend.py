@@ -11,6 +11,7 @@ leads that stream (the holder of its shard's lease).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
+from functools import partial
 
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
@@ -146,7 +147,8 @@ class RuntimeBackend:
         except (TimeoutError, NatsError) as err:
             raise Unavailable(f"cannot store the cursor: {err!r}") from err
         position = driver.subscriptions.cursor_stored(subscription, value)
-        await driver.submit(driver.positions_input({subscription: position}))
+        listing = driver.subscriptions.listing({subscription: position})
+        await driver.submit(partial(StreamMachine.positions_listed, listing=listing))
         return value
 
     async def trigger_snapshot(self, stream: str) -> str:
@@ -190,7 +192,7 @@ class RuntimeBackend:
             await consumers.set_replicated(
                 self._handles.conn.nc, driver.vs.read_stream(self.region), subscription, replicated
             )
-            positions = await driver.read_positions()
+            listing = await driver.read_positions()
         except NotFoundError as err:
             raise NotFound(
                 f"subscription {subscription!r} of stream {stream!r} is unknown here"
@@ -199,7 +201,7 @@ class RuntimeBackend:
             raise InvalidArgument("replicated", str(err)) from err
         except (TimeoutError, NatsError) as err:
             raise Unavailable(f"cannot update the consumer: {err!r}") from err
-        await driver.submit(driver.positions_input(positions))
+        await driver.submit(partial(StreamMachine.positions_listed, listing=listing))
         return self._subscription(stream, subscription)
 
     # ---- helpers --------------------------------------------------------------------------
