@@ -3,7 +3,9 @@
 A clock is any object with `now_ms()` (milliseconds since the Unix epoch, never decreasing);
 `ManualClock` is one that only moves when told to. Times the server reports as text (a
 stream's `created`) are written the way Go writes `time.RFC3339Nano` in UTC, because the
-server hashes that text into a stream's identity (`rsub_dev.simjs.stream.stream_identity`).
+server hashes that text into a stream's identity (`rsub_dev.simjs.stream.stream_identity`);
+the simulation adds a count of streams created to the nanoseconds of a creation time, so
+that two streams created in the same millisecond still differ, as on a real server.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ class ManualClock:
         self._now = now_ms
 
 
-def rfc3339_nano(ms: int) -> str:
-    """`ms` as Go's `time.RFC3339Nano` writes it in UTC: `2026-01-02T03:04:05.5Z` (the
-    fraction without trailing zeros, and without a point when it is zero)."""
-    moment = _EPOCH + timedelta(milliseconds=ms)
-    fraction = f"{ms % 1000:03d}".rstrip("0")
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
+def rfc3339_nano(ns: int) -> str:
+    """`ns` (nanoseconds since the Unix epoch) as Go's `time.RFC3339Nano` writes it in UTC:
+    `2026-01-02T03:04:05.5Z` (the fraction without trailing zeros, no point when it is 0)."""
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    moment = _EPOCH + timedelta(seconds=seconds)
+    digits = f"{fraction:09d}".rstrip("0")
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{digits}" if digits else "") + "Z"

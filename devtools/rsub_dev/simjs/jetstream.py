@@ -32,7 +32,7 @@ from rsub_dev.simjs.faults import Fault, Faults, Op
 from rsub_dev.simjs.kv import KeyValue, bucket_config, bucket_stream
 from rsub_dev.simjs.sourcing import Link
 from rsub_dev.simjs.stream import PubAck, StoredMessage, Stream, StreamConfig, StreamInfo
-from rsub_dev.simjs.subjects import overlaps
+from sidecar.nats.topology import subjects_overlap
 
 T = TypeVar("T")
 
@@ -48,6 +48,7 @@ class SimJetStream:
         self._links: list[Link] = []
         self._cut: set[str | None] = set()
         self._settled_ms = clock.now_ms()
+        self._created = 0  # streams created so far (in their creation times' nanoseconds)
 
     @property
     def now_ms(self) -> int:
@@ -183,11 +184,14 @@ class SimJetStream:
                     raise api_error(400, STREAM_NAME_EXISTS, _NAME_IN_USE)
                 return existing.info()
             for other in self._streams.values():
-                if any(overlaps(a, b) for a in config.subjects for b in other.config.subjects):
+                if any(
+                    subjects_overlap(a, b) for a in config.subjects for b in other.config.subjects
+                ):
                     raise api_error(
                         400, SUBJECT_OVERLAP, "subjects overlap with an existing stream"
                     )
-            stream = Stream(config, self._settled_ms)
+            self._created += 1
+            stream = Stream(config, self._settled_ms * 1_000_000 + self._created % 1_000_000)
             self._streams[config.name] = stream
             for source in config.sources:
                 self._links.append(Link(config.name, source, open_since_ms=self._settled_ms))

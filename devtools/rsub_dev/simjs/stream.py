@@ -28,7 +28,8 @@ from rsub_dev.simjs.errors import (
     api_error,
     wrong_last_sequence,
 )
-from rsub_dev.simjs.subjects import SubjectTransform, matches
+from rsub_dev.simjs.subjects import SubjectTransform
+from sidecar.nats.topology import subject_within
 
 DEFAULT_DUPLICATE_WINDOW_MS = 120_000
 _HASH_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -65,7 +66,7 @@ class SourceConfig:
                 if renamed is not None:
                     return renamed
             return None
-        if self.filter_subject is not None and not matches(self.filter_subject, subject):
+        if self.filter_subject is not None and not subject_within(subject, self.filter_subject):
             return None
         return subject
 
@@ -151,7 +152,7 @@ class _Dedup:
 @dataclass(slots=True)
 class Stream:
     config: StreamConfig
-    created_ms: int
+    created_ns: int
     consumers: dict[str, Consumer] = field(default_factory=dict)
     _msgs: dict[int, StoredMessage] = field(default_factory=dict)
     _by_subject: dict[str, list[int]] = field(default_factory=dict)
@@ -165,7 +166,7 @@ class Stream:
 
     @property
     def created(self) -> str:
-        return rfc3339_nano(self.created_ms)
+        return rfc3339_nano(self.created_ns)
 
     @property
     def identity(self) -> str:
@@ -184,7 +185,7 @@ class Stream:
         return StreamInfo(self.config, self.created, state)
 
     def takes(self, subject: str) -> bool:
-        return any(matches(pattern, subject) for pattern in self.config.subjects)
+        return any(subject_within(subject, pattern) for pattern in self.config.subjects)
 
     def get(self, seq: int, next_by_subj: str | None = None) -> StoredMessage | None:
         """The message at `seq`; with `next_by_subj` the first at or after `seq` on it."""
@@ -201,7 +202,9 @@ class Stream:
         `filters` (all when none)."""
         for seq in range(max(start, self._first), self._last + 1):
             msg = self._msgs.get(seq)
-            if msg is not None and (not filters or any(matches(f, msg.subject) for f in filters)):
+            if msg is not None and (
+                not filters or any(subject_within(msg.subject, f) for f in filters)
+            ):
                 yield msg
 
     def store(self, subject: str, data: bytes, headers: Mapping[str, str], now_ms: int) -> PubAck:

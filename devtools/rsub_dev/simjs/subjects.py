@@ -1,6 +1,6 @@
-"""NATS subjects: wildcard matching, overlap, and the subject transforms of stream sources.
+"""The subject transforms of stream sources (matching and overlap are the product's:
+`sidecar.nats.topology.subject_within` and `subjects_overlap`).
 
-Tokens are separated by `.`; in a pattern `*` matches one token and `>` (last) one or more.
 A transform maps subjects matching its source pattern to its destination, where `$n` or
 `{{wildcard(n)}}` is the source's n-th `*` token, a bare `*` the source's next `*` in order,
 and a last `>` the tokens the source's `>` matched (`foo.*.>` -> `foo.>` renames
@@ -13,30 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sidecar.nats.topology import subject_within
+
 _WILDCARD_REF = re.compile(r"^(?:\$(\d+)|\{\{\s*wildcard\s*\(\s*(\d+)\s*\)\s*\}\})$")
-
-
-def matches(pattern: str, subject: str) -> bool:
-    """Whether the literal `subject` matches `pattern`."""
-    want, have = pattern.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(have) > i
-        if i >= len(have) or (token != "*" and token != have[i]):
-            return False
-    return len(have) == len(want)
-
-
-def overlaps(a: str, b: str) -> bool:
-    """Whether some literal subject matches both patterns."""
-    left, right = a.split("."), b.split(".")
-    for i in range(min(len(left), len(right))):
-        x, y = left[i], right[i]
-        if ">" in (x, y):
-            return True
-        if x != y and "*" not in (x, y):
-            return False
-    return len(left) == len(right)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +42,7 @@ class SubjectTransform:
     def apply(self, subject: str) -> str | None:
         """`subject` transformed, or None when it does not match the source."""
         src, dest = self.src or ">", self.dest or ">"
-        if not matches(src, subject):
+        if not subject_within(subject, src):
             return None
         tokens, stars, tail = subject.split("."), [], ""
         for i, token in enumerate(src.split(".")):
