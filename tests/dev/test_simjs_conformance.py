@@ -110,6 +110,8 @@ async def consumer_reset(s: JetStreamScenario) -> list[tuple[str, object]]:
     await t.ok("e acked 9 of 7 9 11", s.consumer_info("S", "e"))
     await s.ack("S", "e", 7)
     await t.ok("e acked 7 too", s.consumer_info("S", "e"))
+    await s.ack("S", "e", 11)
+    await t.ok("e acked all it got", s.consumer_info("S", "e"))
     await t.ok("reset e to its ack floor", s.consumer_reset("S", "e", 0))
     await t.fails("reset a consumer that does not exist", s.consumer_reset("S", "zz", 1))
     await t.fails("info of a consumer that does not exist", s.consumer_info("S", "zz"))

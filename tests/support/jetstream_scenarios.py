@@ -44,7 +44,7 @@ from rsub_dev.simjs import (
 from rsub_dev.simjs.errors import SimNotFound
 from sidecar.nats import jsapi
 
-_TIMEOUT_S = 5.0
+_TIMEOUT_S = 2.0
 _NS_PER_MS = 1_000_000
 # How long a fetch waits for messages on the real server: scenarios fetch only when some are
 # stored (a pull still waiting when one arrives would take it).
