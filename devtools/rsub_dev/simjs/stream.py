@@ -92,6 +92,7 @@ class StreamConfig:
     max_age_ms: int = 0
     max_msgs_per_subject: int = 0
     duplicate_window_ms: int | None = None
+    """None or 0: the server's default (`window_ms`)."""
     sources: tuple[SourceConfig, ...] = ()
     placement: str | None = None
     """The cluster (region) it is placed in: partitions and meta-leader loss go by it."""
@@ -105,7 +106,7 @@ class StreamConfig:
     @property
     def window_ms(self) -> int:
         """The de-duplication window in force."""
-        if self.duplicate_window_ms is not None:
+        if self.duplicate_window_ms:
             return self.duplicate_window_ms
         if self.sources:
             return 0
