@@ -133,6 +133,8 @@ class SimJetStream:
     def _blocked(self, link: Link) -> bool:
         if link.stalled:
             return True
+        if not self._cut:
+            return False
         origin, target = self._streams.get(link.origin), self._streams[link.target]
         here, there = target.config.placement, origin.config.placement if origin else None
         return here != there and (here in self._cut or there in self._cut)
@@ -181,7 +183,11 @@ class SimJetStream:
             existing = self._streams.get(config.name)
             if existing is not None:
                 if existing.config != config:
-                    raise api_error(400, STREAM_NAME_EXISTS, _NAME_IN_USE)
+                    raise api_error(
+                        400,
+                        STREAM_NAME_EXISTS,
+                        "stream name already in use with a different configuration",
+                    )
                 return existing.info()
             for other in self._streams.values():
                 if any(
@@ -205,7 +211,7 @@ class SimJetStream:
             self._links = [link for link in self._links if link.target != name]
             for link in self._links:
                 if link.origin == name:
-                    link.taken = 0  # a stream created again under the name is sourced anew
+                    link.restart()  # a stream created again under the name is sourced anew
 
         self._call(Op.STREAM_DELETE, name, delete)
 
@@ -320,8 +326,8 @@ class SimJetStream:
         )
 
     def ack(self, stream: str, name: str, stream_seq: int) -> None:
-        """Ack a delivered message. Acks get no reply: one for a consumer that does not exist
-        is lost without a word."""
+        """Ack a delivered message. An ack for a consumer that does not exist is lost without
+        a word (an ack waiting for its reply, as `Fault.NOT_FOUND` has it, times out)."""
 
         def ack() -> None:
             owner = self._streams.get(stream)
@@ -329,7 +335,7 @@ class SimJetStream:
             if consumer is not None:
                 consumer.ack(stream_seq)
 
-        self._call(Op.ACK, stream, ack)
+        self._call(Op.ACK, stream, ack, missing=SimTimeout)
 
     # ---- key-value buckets ------------------------------------------------------------------
 
@@ -346,6 +352,3 @@ class SimJetStream:
         if bucket_stream(bucket) not in self._streams:
             raise SimBucketNotFound()
         return KeyValue(self, bucket)
-
-
-_NAME_IN_USE = "stream name already in use with a different configuration"

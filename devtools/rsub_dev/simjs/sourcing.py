@@ -31,6 +31,7 @@ class Link:
     open_since_ms: int = 0
     """When it was last unblocked: nothing arrives over it before."""
     last_arrival_ms: int = 0
+    _ahead: StoredMessage | None = None  # the next message, found once
 
     @property
     def origin(self) -> str:
@@ -39,12 +40,23 @@ class Link:
     def next_message(self, origin: Stream) -> StoredMessage | None:
         """The next origin message it carries (passing over those the source does not take,
         which it never will)."""
+        ahead = self._ahead
+        if ahead is not None and origin.get(ahead.seq) is ahead:
+            return ahead
+        self._ahead = None
+        if self.taken >= origin.last_seq:
+            return None
         for msg in origin.matching(self.taken + 1):
             if self.source.subject_for(msg.subject) is not None:
+                self._ahead = msg
                 return msg
             self.taken = msg.seq
         self.taken = max(self.taken, origin.last_seq)
         return None
+
+    def restart(self) -> None:
+        """Source the origin from its first message (a new stream under the same name)."""
+        self.taken, self._ahead = 0, None
 
     def arrival_ms(self, msg: StoredMessage) -> int:
         return max(msg.time_ms + self.delay_ms, self.open_since_ms, self.last_arrival_ms)
@@ -60,4 +72,4 @@ class Link:
         }
         headers[SOURCE_HEADER] = self.source.header(msg.seq, msg.subject, origin.identity)
         target.store(subject, msg.data, headers, at_ms)
-        self.taken, self.last_arrival_ms = msg.seq, at_ms
+        self.taken, self.last_arrival_ms, self._ahead = msg.seq, at_ms, None

@@ -16,6 +16,7 @@ are modelled, and no byte limits.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -156,7 +157,8 @@ class Stream:
     created_ns: int
     consumers: dict[str, Consumer] = field(default_factory=dict)
     _msgs: dict[int, StoredMessage] = field(default_factory=dict)
-    _by_subject: dict[str, list[int]] = field(default_factory=dict)
+    _by_subject: dict[str, deque[int]] = field(default_factory=dict)
+    """Per subject, its stored sequences in order (only its oldest is ever removed)."""
     _dedup: dict[str, _Dedup] = field(default_factory=dict)
     _first: int = 0
     _last: int = 0
@@ -234,13 +236,13 @@ class Stream:
         if not self._msgs:
             self._first = seq
         self._msgs[seq] = StoredMessage(seq, subject, data, dict(headers), now_ms)
-        self._by_subject.setdefault(subject, []).append(seq)
+        self._by_subject.setdefault(subject, deque()).append(seq)
         if msg_id and window:
             self._dedup[msg_id] = _Dedup(seq, now_ms)
         per_subject = self.config.max_msgs_per_subject
         if per_subject:
-            for old in self._by_subject[subject][:-per_subject]:
-                self._remove(old)
+            while len(self._by_subject[subject]) > per_subject:
+                self._remove(self._by_subject[subject][0])
         if self.config.max_msgs:
             while len(self._msgs) > self.config.max_msgs:
                 self._remove(self._first)
@@ -285,7 +287,8 @@ class Stream:
     def _drop(self, seq: int) -> None:
         msg = self._msgs.pop(seq)
         seqs = self._by_subject[msg.subject]
-        seqs.remove(seq)
+        assert seqs[0] == seq, f"{seq} is not the oldest of {msg.subject}"
+        seqs.popleft()
         if not seqs:
             del self._by_subject[msg.subject]
         if seq == self._first:
