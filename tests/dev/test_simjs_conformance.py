@@ -61,14 +61,16 @@ class Transcript:
 
 
 def _seen(value: object) -> object:
-    """What is compared of a value: deliveries without their headers' order, a stream's
-    state and de-duplication window (not its creation time)."""
+    """What is compared of a value: a stream's state and de-duplication window (not its
+    creation time), deliveries and stored messages without their times."""
     if isinstance(value, StreamInfo):
         return (value.state, value.config.window_ms)
     if isinstance(value, list):
         return [_seen(v) for v in value]
     if isinstance(value, Delivery):
         return (value.stream_seq, value.consumer_seq, value.subject, value.data, value.num_pending)
+    if isinstance(value, StoredMessage):
+        return _stored(value, {})
     return value
 
 
@@ -115,6 +117,8 @@ async def consumer_reset(s: JetStreamScenario) -> list[tuple[str, object]]:
     await t.ok("reset e to its ack floor", s.consumer_reset("S", "e", 0))
     await t.fails("reset a consumer that does not exist", s.consumer_reset("S", "zz", 1))
     await t.fails("info of a consumer that does not exist", s.consumer_info("S", "zz"))
+    await t.fails("fetch from a consumer that does not exist", s.fetch("S", "zz", 1))
+    await t.fails("create on a stream that does not exist", s.consumer_create("T", by_start))
     await t.fails(
         "create d again, otherwise", s.consumer_create("S", ConsumerConfig("d", ("s.0",)))
     )
@@ -160,6 +164,9 @@ async def purge_under_consumers(s: JetStreamScenario) -> list[tuple[str, object]
     for name in ("a", "b", "idle", "n", "m", "k"):
         await t.ok(f"after a publish: {name}", s.consumer_info("P", name))
     await t.ok("get a purged message", s.msg_get("P", 3))
+    await t.ok("purge all but more than there are", s.stream_purge("P", 5))
+    for name in ("idle", "k"):
+        await t.ok(f"nothing purged: {name}", s.consumer_info("P", name))
     return t.steps
 
 
@@ -185,6 +192,9 @@ async def limit_by_count(s: JetStreamScenario) -> list[tuple[str, object]]:
         await t.ok(f"three removed: {name}", s.consumer_info("L", name))
     await t.ok("fetch a", s.fetch("L", "a", 10))
     await t.ok("fetch idle", s.fetch("L", "idle", 2))
+    await t.ok("next l.b from 1", s.msg_get("L", 1, "l.b"))
+    await t.ok("next l.> from 6", s.msg_get("L", 6, "l.>"))
+    await t.ok("next l.b from 6", s.msg_get("L", 6, "l.b"))
     for name in ("a", "idle"):
         await t.ok(f"after fetching: {name}", s.consumer_info("L", name))
     return t.steps

@@ -61,7 +61,9 @@ class JetStreamScenario(Protocol):
     async def publish(
         self, subject: str, data: bytes, headers: Mapping[str, str] | None = None
     ) -> PubAck: ...
-    async def msg_get(self, stream: str, seq: int) -> StoredMessage | None: ...
+    async def msg_get(
+        self, stream: str, seq: int, next_by_subj: str | None = None
+    ) -> StoredMessage | None: ...
     async def consumer_create(self, stream: str, config: ConsumerConfig) -> ConsumerInfo: ...
     async def consumer_info(self, stream: str, name: str) -> ConsumerInfo: ...
     async def consumer_reset(self, stream: str, name: str, seq: int) -> ConsumerInfo: ...
@@ -137,9 +139,11 @@ class SimScenario:
     ) -> PubAck:
         return self.js.publish(subject, data, headers)
 
-    async def msg_get(self, stream: str, seq: int) -> StoredMessage | None:
+    async def msg_get(
+        self, stream: str, seq: int, next_by_subj: str | None = None
+    ) -> StoredMessage | None:
         try:
-            return self.js.msg_get(stream, seq)
+            return self.js.msg_get(stream, seq, next_by_subj)
         except SimNotFound as err:
             if err.err_code == jsapi.NO_MESSAGE_FOUND:
                 return None  # as `jsapi.msg_get` answers
@@ -220,8 +224,12 @@ class RealScenario:
         ack = await self.js.publish(subject, data, headers=dict(headers or {}) or None)
         return PubAck(ack.stream, ack.seq, bool(ack.duplicate))
 
-    async def msg_get(self, stream: str, seq: int) -> StoredMessage | None:
-        message = await jsapi.msg_get(self.nc, stream, seq, timeout_s=_TIMEOUT_S)
+    async def msg_get(
+        self, stream: str, seq: int, next_by_subj: str | None = None
+    ) -> StoredMessage | None:
+        message = await jsapi.msg_get(
+            self.nc, stream, seq, next_by_subj=next_by_subj, timeout_s=_TIMEOUT_S
+        )
         if message is None:
             return None
         hdrs = message.get("hdrs")

@@ -68,7 +68,8 @@ class SimServerError(SimJSError, ServerError):
 
 
 class SimUnavailable(SimJSError, ServiceUnavailableError):
-    """A 503 reply (no JetStream meta leader: `CLUSTER_NOT_AVAILABLE`)."""
+    """A 503 reply (no JetStream meta leader: `CLUSTER_NOT_AVAILABLE`), or the bare 503
+    status a pull gets when no consumer listens (no codes then, as nats-py raises it)."""
 
 
 class SimBucketNotFound(SimJSError, BucketNotFoundError):

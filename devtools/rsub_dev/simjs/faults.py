@@ -20,9 +20,10 @@ What each `Fault` raises, as the real server and nats-py do:
 - `ERROR`: a 500 API error (`CLUSTER_NOT_LEADER`, what a request meets during an election);
 - `TIMEOUT`: `SimTimeout`, nothing done;
 - `REPLY_LOST`: the operation is done, then `SimTimeout` (its reply was lost);
-- `NOT_FOUND`: what the operation raises when its target does not exist (a stream or
-  consumer "not found", a key not found; a reset of a consumer that does not exist times out,
-  as on the real server where nothing answers on its subject);
+- `NOT_FOUND`: what the operation raises when its target does not exist, as the real
+  server answers: a stream or consumer "not found", a key not found, a publish no
+  responders; a reset of a consumer that does not exist times out (nothing answers it), a
+  pull from one gets the bare 503 status of no responders;
 - `UNAVAILABLE`: a 503 (`CLUSTER_NOT_AVAILABLE`, no meta leader).
 """
 

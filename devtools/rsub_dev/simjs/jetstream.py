@@ -23,6 +23,7 @@ from rsub_dev.simjs.errors import (
     SimJSError,
     SimNoResponders,
     SimTimeout,
+    SimUnavailable,
     api_error,
     consumer_not_found,
     no_message_found,
@@ -319,10 +320,10 @@ class SimJetStream:
         return self._consumer_call(Op.CONSUMER_RESET, stream, name, reset, missing=SimTimeout)
 
     def fetch(self, stream: str, name: str, batch: int) -> list[Delivery]:
-        """Pull up to `batch` messages at once (none: an empty list; a consumer that does not
-        exist: the pull times out)."""
+        """Pull up to `batch` messages at once (none: an empty list). A pull from a consumer
+        that does not exist gets the bare 503 status of no responders."""
         return self._consumer_call(
-            Op.FETCH, stream, name, lambda c: c.fetch(batch, self._settled_ms), missing=SimTimeout
+            Op.FETCH, stream, name, lambda c: c.fetch(batch, self._settled_ms), SimUnavailable
         )
 
     def ack(self, stream: str, name: str, stream_seq: int) -> None:
