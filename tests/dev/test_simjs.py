@@ -351,6 +351,24 @@ def test_a_read_stream_drops_a_copy_from_another_region_within_its_window() -> N
     assert subjects(js, "R") == ["a", "c"]
 
 
+def test_a_stream_deleted_and_created_again_is_sourced_anew() -> None:
+    clock, js = world()
+    js.stream_create(StreamConfig("W", ("w",)))
+    js.stream_create(StreamConfig("R", ("r",), sources=(SourceConfig("W"),)))
+    js.publish("w", b"old")
+    clock.advance(1)
+    old_identity = js.stream("W").identity
+    js.stream_delete("W")
+    with pytest.raises(NotFoundError):
+        js.stream_info("W")
+    js.stream_create(StreamConfig("W", ("w",)))
+    js.publish("w", b"new")
+    clock.advance(1)
+    sourced = [m.headers[SOURCE_HEADER] for m in js.stream("R").matching(1)]
+    assert sourced == [f"W 1 > > w {old_identity}", f"W 1 > > w {js.stream('W').identity}"]
+    assert old_identity != js.stream("W").identity
+
+
 # ---- consumers -------------------------------------------------------------------------------
 
 
@@ -371,7 +389,10 @@ def test_a_consumer_deleted_is_gone_and_its_acks_are_lost_without_a_word() -> No
     _, js = world()
     js.stream_create(StreamConfig("S", ("s",)))
     js.consumer_create("S", ConsumerConfig("c"))
+    js.consumer_create("S", ConsumerConfig("d"))
+    assert [c.name for c in js.consumer_list("S")] == ["c", "d"]
     js.consumer_delete("S", "c")
+    assert [c.name for c in js.consumer_list("S")] == ["d"]
     with pytest.raises(NotFoundError) as gone:
         js.consumer_info("S", "c")
     assert gone.value.err_code == CONSUMER_NOT_FOUND
@@ -409,6 +430,10 @@ def test_a_key_expires_at_its_ttl_and_revisions_go_on() -> None:
     assert (kv.create("k", b"3"), js.key_value("b").get("j").revision) == (4, 3)
     state = js.stream_info("KV_b").state
     assert (state.messages, state.first_seq, state.last_seq) == (2, 3, 4)
+    assert kv.purge("k") == 5
+    with pytest.raises(KeyNotFoundError) as purged:
+        kv.get("k")
+    assert purged.value.op == "PURGE"
 
 
 # ---- faults --------------------------------------------------------------------------------
@@ -467,6 +492,9 @@ def test_faults_for_one_target_leave_the_others_alone() -> None:
     for _ in range(2):
         with pytest.raises(APIError):
             js.stream_info("T")
+    assert js.stream_info("T").state.messages == 0
+    js.faults.fail_next(Op.STREAM_INFO, Fault.ERROR)
+    js.faults.clear()
     assert js.stream_info("T").state.messages == 0
 
 
