@@ -6,10 +6,11 @@ Usage: .venv/bin/python bench/bench_simjs.py [--regions 3] [--seconds 60] [--rat
 The layout of docs/topology.md for one virtual stream over `--regions` regions (a write
 stream per region, a read stream per region sourcing every write stream through two subject
 transforms, 20 ms per link, a 10 min de-duplication window and 1 min `max_age` on the read
-streams), a durable data consumer per read stream. Every `--tick-ms` of virtual time each
-region publishes its share of `--rate` messages a second (with a `Nats-Msg-Id`), then its
-consumer fetches what arrived and acks it, and its consumer info is read (as a sidecar reads
-positions). Printed per round: virtual seconds per wall second, operations (publish, fetch,
+streams), two durables per read stream, both on `V.>`: one consuming, one idle (a copy of a
+subscription whose home is elsewhere). Every `--tick-ms` of virtual time each region
+publishes its share of `--rate` messages a second (with a `Nats-Msg-Id`), then its
+consuming durable fetches what arrived and acks it, and the read stream's consumers are
+listed (as a sidecar reads positions). Printed per round: virtual seconds per wall second, operations (publish, fetch,
 ack, info) per wall second, and the messages every read stream ended with.
 """
 
@@ -55,7 +56,8 @@ def build(js: SimJetStream, vs: VirtualStream) -> None:
         js.stream_create(config)
         for x in vs.regions:
             js.set_delay(vs.read_stream(r), vs.write_stream(x), 20)
-        js.consumer_create(vs.read_stream(r), ConsumerConfig("data", (f"{vs.name}.>",)))
+        for name in ("data", "copy"):
+            js.consumer_create(vs.read_stream(r), ConsumerConfig(name, (f"{vs.name}.>",)))
 
 
 def run(regions: int, seconds: int, rate: int, tick_ms: int) -> tuple[float, int, list[int]]:
@@ -80,7 +82,7 @@ def run(regions: int, seconds: int, rate: int, tick_ms: int) -> tuple[float, int
             for delivery in js.fetch(vs.read_stream(r), "data", 256):
                 js.ack(vs.read_stream(r), "data", delivery.stream_seq)
                 ops += 1
-            js.consumer_info(vs.read_stream(r), "data")
+            js.consumer_list(vs.read_stream(r))
             ops += 2
     wall = time.perf_counter() - started
     return wall, ops, [js.stream_info(vs.read_stream(r)).state.messages for r in vs.regions]

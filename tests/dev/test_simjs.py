@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import (
@@ -403,6 +405,60 @@ def test_a_consumer_deleted_is_gone_and_its_acks_are_lost_without_a_word() -> No
     with pytest.raises(NotFoundError) as no_stream:
         js.consumer_info("T", "c")
     assert no_stream.value.err_code == STREAM_NOT_FOUND
+
+
+SUBJECTS = ("s.a", "s.b", "s.c.x")
+Step = tuple[str, int, int]
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(("publish", "fetch", "ack", "purge", "reset", "wait")),
+        st.integers(0, 40),
+        st.integers(0, 3),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps, st.integers(0, 6), st.sampled_from((0, 50, 300)), st.integers(0, 2))
+def test_num_pending_is_what_a_scan_counts_whatever_happens(
+    plan: list[Step], max_msgs: int, max_age_ms: int, per_subject: int
+) -> None:
+    """`num_pending` is kept up to date instead of counted: it must always equal a count of
+    the stored messages a consumer delivers from its next sequence on."""
+    clock, js = world()
+    config = StreamConfig(
+        "S",
+        ("s.>",),
+        max_msgs=max_msgs,
+        max_age_ms=max_age_ms and max_age_ms + 100,
+        max_msgs_per_subject=per_subject,
+    )
+    js.stream_create(config)
+    filters = {"all": (), "a": ("s.a",), "ac": ("s.a", "s.c.>")}
+    for name, subjects in filters.items():
+        js.consumer_create("S", ConsumerConfig(name, subjects))
+    delivered: dict[str, list[int]] = {name: [] for name in filters}
+    for action, n, pick in plan:
+        name = list(filters)[pick % len(filters)]
+        if action == "publish":
+            js.publish(SUBJECTS[n % len(SUBJECTS)])
+        elif action == "fetch":
+            delivered[name] += [d.stream_seq for d in js.fetch("S", name, 1 + n % 5)]
+        elif action == "ack" and delivered[name]:
+            js.ack("S", name, delivered[name].pop(n % len(delivered[name])))
+        elif action == "purge":
+            js.stream_purge("S", n % 8 or None)
+        elif action == "reset":
+            js.consumer_reset("S", name, n % (js.stream("S").last_seq + 3))
+            delivered[name].clear()
+        elif action == "wait":
+            clock.advance(n * 10)
+        stream = js.stream("S")
+        for other, subjects in filters.items():
+            consumer = stream.consumers[other]
+            scanned = sum(1 for _ in stream.matching(consumer.next_seq, subjects))
+            assert js.consumer_info("S", other).num_pending == scanned
 
 
 # ---- key-value -----------------------------------------------------------------------------

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from rsub_dev.simjs.errors import INVALID_RESET, api_error
+from sidecar.nats.topology import subject_within
 
 if TYPE_CHECKING:
-    from rsub_dev.simjs.stream import Stream
+    from rsub_dev.simjs.stream import StoredMessage, Stream
 
 DeliverPolicy = Literal["all", "by_start_sequence"]
 
@@ -105,10 +106,18 @@ class Consumer:
         self._adflr, self._asflr = 0, start - 1
         self._pending: dict[int, int] = {}  # stream seq -> delivery seq, ascending
         self._store = _Stored(SequencePair(0, start - 1), SequencePair(0, start - 1), {})
+        self._counted: tuple[int, int, int] | None = None
+        """(a, b, n): n messages it delivers are stored in [a, b] (`num_pending`, kept up to
+        date as the stream removes messages, so a consumer far behind costs no scan)."""
 
     @property
     def name(self) -> str:
         return self.config.durable_name
+
+    @property
+    def next_seq(self) -> int:
+        """The next stream sequence it looks at (the server's running `sseq`)."""
+        return self._sseq
 
     def paused(self, now_ms: int) -> bool:
         return self.pause_until_ms is not None and now_ms < self.pause_until_ms
@@ -126,7 +135,19 @@ class Consumer:
         )
 
     def num_pending(self) -> int:
-        return sum(1 for _ in self.stream.matching(self._sseq, self.config.filter_subjects))
+        """The stored messages from the next one to look at on that it delivers."""
+        last = self.stream.last_seq
+        if self._counted is None or self._sseq < self._counted[0]:
+            count = self._count(self._sseq, last)
+        else:
+            a, b, n = self._counted
+            gone = self._count(a, min(self._sseq - 1, b))
+            count = n - gone + self._count(max(b + 1, self._sseq), last)
+        self._counted = (self._sseq, last, count)
+        return count
+
+    def _count(self, first: int, last: int) -> int:
+        return sum(1 for _ in self.stream.matching(first, self.config.filter_subjects, last))
 
     def fetch(self, batch: int, now_ms: int) -> list[Delivery]:
         """Up to `batch` messages, at once (a paused consumer delivers none)."""
@@ -165,13 +186,22 @@ class Consumer:
                 self._adflr, self._asflr = self._pending[following] - 1, following - 1
         self._store_acked(dseq, stream_seq)
 
-    def removed(self, stream_seq: int) -> None:
-        """The stream removed `stream_seq` by a limit: a pending one is acked (terminated)."""
-        if stream_seq in self._pending:
-            self.ack(stream_seq)
+    def removed(self, msg: StoredMessage) -> None:
+        """The stream removed `msg` by a limit: a pending one is acked (terminated)."""
+        if self._counted is not None:
+            a, b, n = self._counted
+            if a <= msg.seq <= b and self._delivers(msg.subject):
+                self._counted = (a, b, n - 1)
+        if msg.seq in self._pending:
+            self.ack(msg.seq)
+
+    def _delivers(self, subject: str) -> bool:
+        filters = self.config.filter_subjects
+        return not filters or any(subject_within(subject, f) for f in filters)
 
     def purged(self, first_seq: int) -> None:
         """The stream was purged up to `first_seq` (its first sequence now)."""
+        self._counted = None
         self._sseq = max(self._sseq, first_seq)
         if self._asflr < first_seq:
             self._asflr = first_seq - 1

@@ -200,10 +200,13 @@ class Stream:
         seqs = self._by_subject.get(subject)
         return self._msgs[seqs[-1]] if seqs else None
 
-    def matching(self, start: int, filters: tuple[str, ...] = ()) -> Iterator[StoredMessage]:
-        """The stored messages from `start` on, in order, on a subject matching one of
-        `filters` (all when none)."""
-        for seq in range(max(start, self._first), self._last + 1):
+    def matching(
+        self, start: int, filters: tuple[str, ...] = (), last: int | None = None
+    ) -> Iterator[StoredMessage]:
+        """The stored messages from `start` on (to `last`), in order, on a subject matching
+        one of `filters` (all when none)."""
+        end = self._last if last is None else min(last, self._last)
+        for seq in range(max(start, self._first), end + 1):
             msg = self._msgs.get(seq)
             if msg is not None and (
                 not filters or any(subject_within(msg.subject, f) for f in filters)
@@ -280,11 +283,11 @@ class Stream:
 
     def _remove(self, seq: int) -> None:
         """Removal by a limit: a consumer's pending message there counts as acked."""
-        self._drop(seq)
+        msg = self._drop(seq)
         for consumer in self.consumers.values():
-            consumer.removed(seq)
+            consumer.removed(msg)
 
-    def _drop(self, seq: int) -> None:
+    def _drop(self, seq: int) -> StoredMessage:
         msg = self._msgs.pop(seq)
         seqs = self._by_subject[msg.subject]
         assert seqs[0] == seq, f"{seq} is not the oldest of {msg.subject}"
@@ -293,6 +296,7 @@ class Stream:
             del self._by_subject[msg.subject]
         if seq == self._first:
             self._first = next(iter(self._msgs), self._last + 1)
+        return msg
 
     def _forget_ids(self, before_ms: int) -> None:
         """Forget the message ids stored at or before `before_ms` (oldest first)."""
