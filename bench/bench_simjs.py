@@ -10,8 +10,9 @@ streams), two durables per read stream, both on `V.>`: one consuming, one idle (
 subscription whose home is elsewhere). Every `--tick-ms` of virtual time each region
 publishes its share of `--rate` messages a second (with a `Nats-Msg-Id`), then its
 consuming durable fetches what arrived and acks it, and the read stream's consumers are
-listed (as a sidecar reads positions). Printed per round: virtual seconds per wall second, operations (publish, fetch,
-ack, info) per wall second, and the messages every read stream ended with.
+listed (as a sidecar reads positions). Printed per round: virtual seconds per wall second and per CPU second (this
+machine is shared: CPU time varies less), operations (publish, fetch, ack, listing) per CPU
+second, and the messages every read stream ended with.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def build(js: SimJetStream, vs: VirtualStream) -> None:
             js.consumer_create(vs.read_stream(r), ConsumerConfig(name, (f"{vs.name}.>",)))
 
 
-def run(regions: int, seconds: int, rate: int, tick_ms: int) -> tuple[float, int, list[int]]:
-    """Wall seconds, operations, and the messages each read stream holds at the end."""
+def run(regions: int, seconds: int, rate: int, tick_ms: int) -> tuple[float, float, int, list[int]]:
+    """Wall and CPU seconds, operations, and the messages each read stream holds at the end."""
     clock = ManualClock()
     js = SimJetStream(clock)
     vs = VirtualStream("V", tuple(f"r{i}" for i in range(regions)))
@@ -69,7 +70,7 @@ def run(regions: int, seconds: int, rate: int, tick_ms: int) -> tuple[float, int
     per_tick = rate * tick_ms / 1000 / regions
     owed = dict.fromkeys(vs.regions, 0.0)
     ops, sent = 0, 0
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(seconds * 1000 // tick_ms):
         clock.advance(tick_ms)
         for r in vs.regions:
@@ -84,8 +85,9 @@ def run(regions: int, seconds: int, rate: int, tick_ms: int) -> tuple[float, int
                 ops += 1
             js.consumer_list(vs.read_stream(r))
             ops += 2
-    wall = time.perf_counter() - started
-    return wall, ops, [js.stream_info(vs.read_stream(r)).state.messages for r in vs.regions]
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    held = [js.stream_info(vs.read_stream(r)).state.messages for r in vs.regions]
+    return wall, cpu, ops, held
 
 
 def main() -> None:
@@ -101,10 +103,11 @@ def main() -> None:
         f"a step every {args.tick_ms} ms"
     )
     for i in range(args.rounds):
-        wall, ops, held = run(args.regions, args.seconds, args.rate, args.tick_ms)
+        wall, cpu, ops, held = run(args.regions, args.seconds, args.rate, args.tick_ms)
         print(
-            f"round {i + 1}: {wall:.2f} s wall, {args.seconds / wall:.1f} virtual s per wall s, "
-            f"{ops / wall:,.0f} operations/s; read streams hold {held}"
+            f"round {i + 1}: {wall:.2f} s wall, {cpu:.2f} s CPU; virtual s per wall s "
+            f"{args.seconds / wall:.1f}, per CPU s {args.seconds / cpu:.1f}; "
+            f"{ops / cpu:,.0f} operations per CPU s; read streams hold {held}"
         )
 
 
