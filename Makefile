@@ -69,6 +69,12 @@ image: $(STAMP) image-tools
 image-test: image
 	RSUB_IMAGE=$$($(BIN)/python scripts/image_tool.py name) $(BIN)/pytest tests/deploy/test_image.py
 
+# Every direct dependency at its declared lowest version (uv, lowest-direct) in a fresh
+# virtualenv, and the product's smoke tests run there (tests/deploy/test_floors.py; make test
+# runs it too).
+floors: $(STAMP)
+	$(BIN)/pytest tests/deploy/test_floors.py
+
 proto: $(STAMP)
 	$(BIN)/python protos/generate.py
 
