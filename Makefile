@@ -15,7 +15,7 @@ PROMTOOL := $(TOOLS)/prometheus/promtool
 PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock java demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak chaos fuzz bench clean
+.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
@@ -30,6 +30,9 @@ help:
 	@echo "make fuzz SECONDS=60 - fuzz every target (atheris) for SECONDS each, keep new coverage"
 	@echo "make bench  - run the benchmarks under bench/"
 	@echo "make lock   - re-resolve the dependencies and pin them in constraints.txt"
+	@echo "make image  - build the sidecar image with podman (no registry, no network in the build)"
+	@echo "make image-test - build the image and run only its tests (make test runs them too)"
+	@echo "make floors - install the declared lowest dependency versions and smoke-test them"
 
 $(STAMP): pyproject.toml devtools/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +54,26 @@ java:
 	@command -v java >/dev/null 2>&1 || { \
 		echo "java not found: installing a headless JDK with apt-get"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless; }
+
+# The image (docs/deployment.md): podman, runc and mmdebstrap from Debian, installed with apt
+# only when one is missing, as `make java` does.
+image-tools:
+	@missing=; for tool in podman runc mmdebstrap; do \
+		command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then echo "not found:$$missing: installing with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+
+image: $(STAMP) image-tools
+	$(BIN)/python scripts/image_tool.py build
+
+image-test: image
+	RSUB_IMAGE=$$($(BIN)/python scripts/image_tool.py name) $(BIN)/pytest tests/deploy/test_image.py
+
+# Every direct dependency at its declared lowest version (uv, lowest-direct) in a fresh
+# virtualenv, and the product's smoke tests run there (tests/deploy/test_floors.py; make test
+# runs it too).
+floors: $(STAMP)
+	$(BIN)/pytest tests/deploy/test_floors.py
 
 proto: $(STAMP)
 	$(BIN)/python protos/generate.py
@@ -111,8 +134,8 @@ lint: $(STAMP) proto-check proto-lint chart-check alerts-check
 	$(BIN)/mypy
 	$(BIN)/mypy --strict tests bench scripts protos
 
-test: $(STAMP) java lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: $(STAMP) java lint image
+	RSUB_IMAGE=$$($(BIN)/python scripts/image_tool.py name) $(BIN)/pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
