@@ -17,7 +17,6 @@ import contextlib
 import itertools
 import json
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -26,6 +25,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from sidecar.nats import stream_reader
+from sidecar.nats.port import Published
 from sidecar.protocol import StoredMarker
 
 MSG_ID_HEADER = "Nats-Msg-Id"
@@ -34,12 +34,6 @@ _STATUS_HEADER = "Status"
 _NO_RESPONDERS = "503"
 _ACK_TIMEOUT_S = 5.0
 _REPLAY_BATCH = 256
-
-
-@dataclass(frozen=True)
-class Published:
-    seq: int
-    duplicate: bool
 
 
 def _stored(msg: Msg) -> StoredMarker:

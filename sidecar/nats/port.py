@@ -1,0 +1,146 @@
+"""`JetStreamPort`: the one typed way the sidecar's runtime reaches JetStream in its region.
+
+Every operation the runtime (and the modules of `sidecar.nats` it uses) really asks of NATS
+is here, and nothing else: publish a marker, read a stream (what is stored, or live), read
+a stream's state and stored messages, list, read, create, reset and pause consumers, a
+key-value bucket's operations (cursors and leases), and the core-NATS signals (acks and
+consumer advisories). `NatsPort` is the real one, over one nats-py client, every JetStream
+API request through one request path (`sidecar.nats.jsapi`); the deterministic simulation
+has its own over a simulated JetStream (developer tools, never imported here).
+
+Replies of the JetStream API are the server's JSON (`ApiJson`): the modules that read them
+(`consumers`, `effective`) parse exactly what the server sends, and a simulated port must
+answer in the same shape (its conformance test compares them with a real server's). An
+error reply raises the matching `nats.js.errors.APIError`; no reply in time raises
+`TimeoutError`; a missing consumer or stream raises what the server answers for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+ApiJson = dict[str, Any]
+"""A JetStream API reply, as the server sends it (`STREAM.INFO`, `CONSUMER.INFO`, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message of a stream as read: its sequence there, subject, payload (empty when read
+    headers only) and headers."""
+
+    seq: int
+    subject: str
+    data: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """JetStream's acknowledgement of a publish: where it was stored, or that its message id
+    was a duplicate within the stream's window (stored once, earlier)."""
+
+    seq: int
+    duplicate: bool
+
+
+class KeyEntry(Protocol):
+    """A key as read: its revision and value."""
+
+    @property
+    def revision(self) -> int | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class KeyValueBucket(Protocol):
+    """The operations on one key-value bucket (history 1): a missing key raises
+    `KeyNotFoundError`, a write over another revision than `last` (or a create over an
+    existing key) `KeyWrongLastSequenceError`."""
+
+    async def get(self, key: str) -> KeyEntry: ...
+    async def create(self, key: str, value: bytes) -> int: ...
+    async def update(self, key: str, value: bytes, last: int) -> int: ...
+    async def delete(self, key: str, last: int | None = None) -> object: ...
+
+
+class Listener(Protocol):
+    """A core-NATS subscription the port keeps across reconnects; `stop` ends it."""
+
+    async def stop(self) -> None: ...
+
+
+class JetStreamPort(Protocol):
+    # ---- streams ------------------------------------------------------------------------
+
+    async def stream_info(self, stream: str, *, timeout_s: float) -> ApiJson:
+        """`STREAM.INFO`: configuration and state (`state.last_seq`, ...)."""
+        ...
+
+    async def msg_get(
+        self, stream: str, seq: int, *, next_by_subj: str | None = None, timeout_s: float
+    ) -> ApiJson | None:
+        """`STREAM.MSG.GET` from the stream leader: the message at `seq` (with
+        `next_by_subj`: the first at or after `seq` on that subject), None when none."""
+        ...
+
+    async def publish(self, stream: str, subject: str, data: bytes, msg_id: str) -> Published:
+        """Store `data` on `subject` in `stream` (`Nats-Expected-Stream`), with `msg_id`
+        (`Nats-Msg-Id`); acknowledged, or `TimeoutError`, `NoRespondersError` (no stream
+        takes `subject`), the matching `APIError`."""
+        ...
+
+    def read(
+        self,
+        stream: str,
+        filter_subject: str,
+        start_seq: int,
+        *,
+        live: bool,
+        headers_only: bool = False,
+    ) -> AsyncGenerator[StoredMessage, None]:
+        """The messages on `filter_subject` of `stream` from `start_seq` on, in stream order:
+        those stored when it is called (`live=False`), or those and every one after, until
+        the read loses its place or the connection closes (`live=True`: start again from
+        the last sequence taken + 1)."""
+        ...
+
+    # ---- consumers ----------------------------------------------------------------------
+
+    async def consumer_list(self, stream: str, offset: int, *, timeout_s: float) -> ApiJson:
+        """One page of `CONSUMER.LIST` from `offset` (`consumers`, `missing`, `total`)."""
+        ...
+
+    async def consumer_info(self, stream: str, name: str, *, timeout_s: float) -> ApiJson:
+        """`CONSUMER.INFO`."""
+        ...
+
+    async def consumer_create(
+        self, stream: str, name: str, config: Mapping[str, Any], action: str, *, timeout_s: float
+    ) -> ApiJson:
+        """`CONSUMER.CREATE` with `action` `create` (fails if it exists) or `update`."""
+        ...
+
+    async def consumer_reset(
+        self, stream: str, name: str, seq: int, *, timeout_s: float
+    ) -> ApiJson:
+        """`CONSUMER.RESET` (server 2.14+): deliver from `seq` on, as if all before it were
+        acked."""
+        ...
+
+    async def consumer_pause(
+        self, stream: str, name: str, seconds: float | None, *, timeout_s: float
+    ) -> ApiJson:
+        """`CONSUMER.PAUSE` for `seconds` from now (by the port's clock), or resume (None)."""
+        ...
+
+    # ---- key-value and signals ----------------------------------------------------------
+
+    async def key_value(self, bucket: str) -> KeyValueBucket:
+        """Bind to an existing bucket."""
+        ...
+
+    async def listen(self, subject: str, heard: Callable[[], None]) -> Listener:
+        """Call `heard` for every message on `subject` (core NATS: best effort)."""
+        ...
