@@ -11,6 +11,7 @@ from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
 from sidecar.api.backend import SidecarBackend
+from sidecar.api.errors import ListenError
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import split_host_port
 
@@ -65,7 +66,9 @@ async def start_http_server(
         await web.TCPSite(runner, host, port).start()
     except OSError as error:
         await runner.cleanup()
-        raise OSError(f"HTTP server cannot listen on {listen!r}: {error}") from error
+        raise ListenError(
+            f"HTTP server cannot listen on {listen!r} (http.listen): {error}"
+        ) from error
     bound = runner.addresses[0][1]
     log.info("http_server_started", listen=listen, port=bound)
     return HttpServerHandle(runner, int(bound))
