@@ -28,6 +28,7 @@ from sidecar.api.errors import (
     ApiError,
     FailedPrecondition,
     InvalidArgument,
+    ListenError,
     NotFound,
     NotLeader,
     Unavailable,
@@ -318,7 +319,9 @@ async def start_grpc_server(
         else:
             port = server.add_secure_port(listen, credentials)
     except RuntimeError as error:
-        raise OSError(f"gRPC server cannot listen on {listen!r}: {error}") from error
+        raise ListenError(
+            f"gRPC server cannot listen on {listen!r} (grpc.listen): {error}"
+        ) from error
     ready = backend.readiness.ready
     await _set_health(health, ready)
     await server.start()
