@@ -157,7 +157,9 @@ class StreamDriver:
     async def read_positions(self) -> dict[str, int]:
         """Durables and external cursors read again (see `LocalSubscriptions.read`)."""
         self._metrics.position_read(self.vs.name)
-        return await self.subscriptions.read(self._handles.conn.nc, self._handles.cursors())
+        positions = await self.subscriptions.read(self._handles.conn.nc, self._handles.cursors())
+        self.observer.durables_receiving_markers(self.subscriptions.receiving_markers)
+        return positions
 
     def positions_input(self, positions: Mapping[str, int]) -> Input:
         """The machine's input for positions just read: the subscriptions, then positions."""

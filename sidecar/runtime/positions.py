@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from nats.aio.client import Client
 
@@ -27,11 +28,12 @@ class LocalSubscriptions:
     def __init__(self, vs: VirtualStream, region: str) -> None:
         read_stream = vs.read_stream(region)
         self._vs = vs
-        self._reader = consumers.PositionReader(read_stream)
+        self._reader = consumers.PositionReader(read_stream, marker_filter=vs.marker_filter())
         self._cursor_positions = EffectivePositions(read_stream)
         self._data = (vs.data_filter(),)  # what a cursor's reader delivers
         self.durables: dict[str, SubscriptionInfo] = {}
         self.cursors: dict[str, int] = {}
+        self.receiving_markers: Mapping[str, tuple[str, ...]] = {}  # `Positions`'s, as last read
         self.last_seq = 0
         """The read stream's last sequence, as read with the durables."""
         self.read_ms: int | None = None
@@ -70,6 +72,7 @@ class LocalSubscriptions:
             for c in read.consumers
         }
         self.last_seq = read.last_seq
+        self.receiving_markers = read.receiving_markers
         self.follows_end = bool(self.cursors) or any(
             c.replicated and c.mark_delete >= read.last_seq for c in read.consumers
         )
