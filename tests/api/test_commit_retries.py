@@ -135,6 +135,7 @@ async def test_the_listener_never_takes_a_failed_commit_for_done(
         "sidecar": f"127.0.0.1:{server.port}",
         "sidecarToken": TOKEN,
     }
+    backend.make_cursor(SUBSCRIPTION)
     listener = CursorCommitListener(parse_options(options))
     commits = failing(backend, NotLeader("the leader is 'west-a'"))
     await asyncio.to_thread(listener.onQueryProgress, progress_event(50))

@@ -101,6 +101,12 @@ class MemoryBackend:
         }
         self._changed = asyncio.Condition()
 
+    def make_cursor(self, name: str = SUBSCRIPTION) -> None:
+        """Make subscription `name` of `STREAM` an external cursor, its state otherwise as it
+        is: what a Spark query commits to (the source refuses a durable at its start)."""
+        view = self.subscriptions[STREAM][name]
+        self.subscriptions[STREAM][name] = dataclasses.replace(view, kind=SubscriptionKind.EXTERNAL)
+
     def _check(self, stream: str) -> dict[str, SubscriptionView]:
         if self.unavailable:
             raise Unavailable("NATS connection lost")
