@@ -1,22 +1,23 @@
-# rsub sidecar image: a wheel built in a throw-away stage, a slim non-root runtime.
-#   docker build -t rsub-sidecar:0.1.0 .
+# rsub sidecar image: the wheels of rsub and of exactly the versions constraints.txt pins,
+# built outside (scripts/image_tool.py), installed with no index and so no network; a slim
+# non-root runtime.
+#   python scripts/image_tool.py wheels && docker build -t rsub-sidecar:0.1.0 .
+#   make image   # the same with podman, from a Debian base made by mmdebstrap (no registry)
 # Pin the base image by digest in production: --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:...
+# Its Python must be the minor version the wheels were built with (3.11).
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
-COPY sidecar ./sidecar
-COPY spark_jobs ./spark_jobs
-# The wheel first (no deps), then the wheel with its locked-by-range deps into the venv that
-# the runtime stage copies; grpcio, protobuf and uvloop come as manylinux wheels, so no
-# compiler.
-RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
-    && python -m venv /opt/rsub \
-    && /opt/rsub/bin/pip install /wheels/rsub-*.whl
+COPY constraints.txt /wheels/constraints.txt
+COPY dist/image-wheels /wheels
+# --no-index: only the wheels given, each at its pinned version (-c); grpcio, protobuf and
+# uvloop are manylinux wheels, so no compiler.
+RUN python -m venv /opt/rsub \
+    && /opt/rsub/bin/pip install --no-index --find-links /wheels \
+       -c /wheels/constraints.txt /wheels/rsub-*.whl
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG RSUB_UID=10001

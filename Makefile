@@ -15,7 +15,7 @@ PROMTOOL := $(TOOLS)/prometheus/promtool
 PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock java demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak chaos fuzz bench clean
+.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
@@ -25,11 +25,14 @@ help:
 	@echo "make proto-format - format protos/ with buf"
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
-	@echo "make soak SECONDS=600 - run the protocol simulation for as long as asked"
+	@echo "make soak SECONDS=600 - run the protocol and leases simulations for as long as asked"
 	@echo "make chaos SEEDS=10 SECONDS=60 [FIRST_SEED=1] - randomized fault campaign, a run per seed"
 	@echo "make fuzz SECONDS=60 - fuzz every target (atheris) for SECONDS each, keep new coverage"
 	@echo "make bench  - run the benchmarks under bench/"
 	@echo "make lock   - re-resolve the dependencies and pin them in constraints.txt"
+	@echo "make image  - build the sidecar image with podman (no registry, no network in the build)"
+	@echo "make image-test - build the image and run its tests (two regions in containers)"
+	@echo "make floors - install the declared lowest dependency versions and smoke-test them"
 
 $(STAMP): pyproject.toml devtools/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +54,26 @@ java:
 	@command -v java >/dev/null 2>&1 || { \
 		echo "java not found: installing a headless JDK with apt-get"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless; }
+
+# The image (docs/deployment.md): podman, runc and mmdebstrap from Debian, installed with apt
+# only when one is missing, as `make java` does.
+image-tools:
+	@missing=; for tool in podman runc mmdebstrap; do \
+		command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then echo "not found:$$missing: installing with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+
+image: $(STAMP) image-tools
+	$(BIN)/python scripts/image_tool.py build
+
+image-test: image
+	RSUB_IMAGE=$$($(BIN)/python scripts/image_tool.py name) $(BIN)/pytest tests/deploy/test_image.py
+
+# Every direct dependency at its declared lowest version (uv, lowest-direct) in a fresh
+# virtualenv, and the product's smoke tests run there (tests/deploy/test_floors.py; make test
+# runs it too).
+floors: $(STAMP)
+	$(BIN)/pytest tests/deploy/test_floors.py
 
 proto: $(STAMP)
 	$(BIN)/python protos/generate.py
@@ -111,6 +134,8 @@ lint: $(STAMP) proto-check proto-lint chart-check alerts-check
 	$(BIN)/mypy
 	$(BIN)/mypy --strict tests bench scripts protos
 
+# The image's tests (make image-test) are not part of it: CI's budget for the suite is
+# 30 minutes and the suite takes about 25 there; they add 2 minutes on a fresh machine.
 test: $(STAMP) java lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 

@@ -423,7 +423,6 @@ class SidecarProcess:
         if self.running:
             raise RuntimeError(f"sidecar of {self.region!r} is already running")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "sidecar.cli", "run", "--config", str(self.config_path)]
         for attempt in range(1, _START_ATTEMPTS + 1):
             self.grpc_port, self.http_port = free_ports(2)
             settings = {
@@ -433,7 +432,7 @@ class SidecarProcess:
             }
             self.config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
             log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-            proc = self._proc = spawn_process(argv, self.log_path, detached=self.detached)
+            proc = self._proc = spawn_process(self.command(), self.log_path, detached=self.detached)
             try:
                 await self._wait_http("/healthz", lambda status: True, timeout_s)
                 return
@@ -446,6 +445,12 @@ class SidecarProcess:
             except BaseException:
                 await stop_process(proc)
                 raise
+
+    def command(self) -> list[str]:
+        """What runs the sidecar on `config_path` (written, and the ports chosen, before it is
+        called): `rsub run` with this interpreter; a subclass may run it elsewhere (in a
+        container, tests/deploy/test_image.py)."""
+        return [sys.executable, "-m", "sidecar.cli", "run", "--config", str(self.config_path)]
 
     def _logged_since(self, offset: int, text: bytes) -> bool:
         with self.log_path.open("rb") as log_file:

@@ -26,17 +26,36 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
 
 log = structlog.get_logger(__name__)
 
 LEASE_KEY = "leader"
 _VALID_FRACTION = 0.8
+
+
+class LeaseEntry(Protocol):
+    """A lease's key as read: its revision and value."""
+
+    @property
+    def revision(self) -> int | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class LeaseBucket(Protocol):
+    """The key-value operations a lease uses (nats-py's `KeyValue` has them; the simulation's
+    bucket too): a missing key raises `KeyNotFoundError`, a stale revision
+    `KeyWrongLastSequenceError`."""
+
+    async def get(self, key: str) -> LeaseEntry: ...
+    async def create(self, key: str, value: bytes) -> int: ...
+    async def update(self, key: str, value: bytes, last: int) -> int: ...
+    async def delete(self, key: str, last: int | None = None) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -53,7 +72,7 @@ class LeaseState:
 class Lease:
     def __init__(
         self,
-        kv: KeyValue,
+        kv: LeaseBucket,
         holder: str,
         ttl_s: float,
         *,

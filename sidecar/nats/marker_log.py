@@ -16,8 +16,8 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from sidecar.nats import stream_reader
+from sidecar.protocol import StoredMarker
 
 MSG_ID_HEADER = "Nats-Msg-Id"
 _EXPECTED_STREAM_HEADER = "Nats-Expected-Stream"
@@ -36,26 +37,13 @@ _REPLAY_BATCH = 256
 
 
 @dataclass(frozen=True)
-class StoredMarker:
-    seq: int
-    subject: str
-    data: bytes
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Published:
     seq: int
     duplicate: bool
 
 
 def _stored(msg: Msg) -> StoredMarker:
-    return StoredMarker(
-        seq=msg.metadata.sequence.stream,
-        subject=msg.subject,
-        data=msg.data,
-        headers=msg.headers or {},
-    )
+    return StoredMarker(msg.metadata.sequence.stream, msg.subject, msg.data)
 
 
 async def replay_markers(

@@ -1,5 +1,5 @@
 """Signals that the positions of a read stream's durables may have moved, so that they are
-read only then (`sidecar.runtime.driver.IntervalLoop`).
+read only then (`sidecar.runtime.intervals.IntervalLoop`).
 
 Per read stream, two core NATS subscriptions:
 - `$JS.ACK.<stream>.>`: the acks clients send for the stream's consumers (ack, nak, term,

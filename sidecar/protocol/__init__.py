@@ -11,11 +11,24 @@ Inputs
                                        interval and even without new data (outputs include
                                        `SnapshotStarted`); never while one is pending, on a
                                        follower, or without a replicated subscription.
-    marker_seen(read_seq, marker)      a decoded marker at `read_seq` of this region's read
-                                       stream, in tail order (`markers.decode`, then
-                                       `markers.check_writer` against its subject).
-    marker_rejected(read_seq, rej)     a message on the marker subjects that `decode` or
-                                       `check_writer` rejected.
+    marker_read(stored, now_ms)        a message on the marker subjects of this region's read
+                                       stream, as stored (`StoredMarker`), in tail order: the
+                                       machine decodes it and checks its writer against its
+                                       subject (`read_stored`), between two ticks at `now_ms`;
+                                       `MarkerRead` or `MarkerRejected` says which.
+    marker_seen(read_seq, marker)      the same, decoded and checked already (the simulator).
+    marker_rejected(read_seq, rej)     a message on the marker subjects that was rejected.
+    interval(now_ms, last_seq, moved, sweep)
+                                       the runtime's interval: how far its tails saw the read
+                                       stream go, whether a signal (an ack, an advisory, a
+                                       cursor write) said positions moved, whether it is the
+                                       stream's sweep. A tick, and `ReadPositions` when a read
+                                       is wanted (at most one out at a time).
+    read_done(listing) / read_failed() the outcome of a `ReadPositions`: a `PositionsListing`
+                                       (its `generation` taken when the read began: a listing
+                                       begun before a creation asked for since keeps its
+                                       positions, not its set of subscriptions).
+    positions_listed(listing)          a listing the machine did not ask for (an API write).
     read_stream_advanced(last_seq)     the read stream's last sequence (from stream info).
     positions_read({sub: M}, last_seq) effective mark-delete positions of local subscriptions
                                        (a durable's ack floor or an external cursor's stored
@@ -37,8 +50,9 @@ Inputs
                                        and snapshot ids are (region, epoch, counter).
     StreamMachine.restore(config, markers, subscriptions, positions, read_last_seq, now_ms)
                                        a follower rebuilt after a restart from the markers stored
-                                       in the read stream (at least the completed snapshots);
-                                       call `became_leader` on it once the lease is held.
+                                       in the read stream (at least the completed snapshots),
+                                       with the `MarkerRead`/`MarkerRejected` events of the
+                                       replay; call `became_leader` on it once the lease is held.
 
 Outputs (frozen dataclasses)
     actions:  PublishReplicated(marker)  -> write stream (`markers.encode`, `marker_msg_id`)
@@ -47,12 +61,19 @@ Outputs (frozen dataclasses)
               MoveCursor(sub, ack_floor)   -> stored external cursor
               CreateConsumer / CreateCursor(sub, config, ack_floor) -> create if absent
               (the last four are `SubscriptionAction`s: report each one's outcome)
+    reads:    ReadPositions(reason)      -> read the subscriptions and positions, report them
+                                            (`read_done`) or the failure (`read_failed`);
+                                            every replica, not only the leader
     events:   SnapshotStarted, SnapshotCompleted(snapshot, duration_ms), SnapshotTimedOut,
-              UpdateSent, UpdateApplied, MarkerIgnored(reason), MarkerRejected, LeadershipLost
+              UpdateSent, UpdateApplied, MarkerIgnored(reason), MarkerRead, MarkerRejected,
+              LeadershipLost
 
 Queries
     subscription(name) / subscriptions() -> MachineSubscription, gauges(), completed_snapshots(),
-    pending() -> PendingView | None, last_completed_ms, is_leader, epoch.
+    pending() -> PendingView | None, last_completed_ms, is_leader, epoch, generation,
+    needs() -> Needs(deadline_ms, signals): by when the next `interval` is wanted (None: not
+    before another input), and whether signals matter; ask after every input. A runtime that
+    calls `interval` only by then, and with `moved` only when `signals`, misses nothing.
 
 Followers track completed snapshots (from the snapshot markers in the read stream), updates
 sent by their leader and updates received, so queries work on every replica, and a follower
@@ -60,35 +81,8 @@ that becomes leader carries out updates its predecessor may have missed (forward
 """
 
 from sidecar.protocol.cache import SnapshotCache
-from sidecar.protocol.machine import (
-    Action,
-    AppliedUpdate,
-    CreateConsumer,
-    CreateCursor,
-    Event,
-    IgnoreReason,
-    LeadershipLost,
-    MachineConfig,
-    MachineSubscription,
-    MarkerIgnored,
-    MarkerRejected,
-    MoveConsumer,
-    MoveCursor,
-    Output,
-    PendingView,
-    PublishLocal,
-    PublishReplicated,
-    SentUpdate,
-    SnapshotCompleted,
-    SnapshotStarted,
-    SnapshotTimedOut,
-    StreamMachine,
-    SubscriptionAction,
-    SubscriptionGauges,
-    SubscriptionInfo,
-    UpdateApplied,
-    UpdateSent,
-)
+from sidecar.protocol.inputs import MachineConfig, PositionsListing, SubscriptionInfo
+from sidecar.protocol.machine import StreamMachine
 from sidecar.protocol.markers import (
     DEFAULT_MAX_MARKER_BYTES,
     Marker,
@@ -98,12 +92,46 @@ from sidecar.protocol.markers import (
     Response,
     Snapshot,
     SnapshotId,
+    StoredMarker,
     SubscriptionKind,
     Update,
     check_writer,
     decode,
     encode,
     marker_msg_id,
+    read_stored,
+)
+from sidecar.protocol.outputs import (
+    Action,
+    CreateConsumer,
+    CreateCursor,
+    Event,
+    IgnoreReason,
+    LeadershipLost,
+    MarkerIgnored,
+    MarkerRead,
+    MarkerRejected,
+    MoveConsumer,
+    MoveCursor,
+    Output,
+    PublishLocal,
+    PublishReplicated,
+    ReadPositions,
+    ReadReason,
+    SnapshotCompleted,
+    SnapshotStarted,
+    SnapshotTimedOut,
+    SubscriptionAction,
+    UpdateApplied,
+    UpdateSent,
+)
+from sidecar.protocol.views import (
+    AppliedUpdate,
+    MachineSubscription,
+    Needs,
+    PendingView,
+    SentUpdate,
+    SubscriptionGauges,
 )
 
 __all__ = [
@@ -119,13 +147,18 @@ __all__ = [
     "MachineSubscription",
     "Marker",
     "MarkerIgnored",
+    "MarkerRead",
     "MarkerRejected",
     "MoveConsumer",
     "MoveCursor",
+    "Needs",
     "Output",
     "PendingView",
+    "PositionsListing",
     "PublishLocal",
     "PublishReplicated",
+    "ReadPositions",
+    "ReadReason",
     "RejectReason",
     "Rejected",
     "Request",
@@ -137,6 +170,7 @@ __all__ = [
     "SnapshotId",
     "SnapshotStarted",
     "SnapshotTimedOut",
+    "StoredMarker",
     "StreamMachine",
     "SubscriptionAction",
     "SubscriptionGauges",
@@ -149,4 +183,5 @@ __all__ = [
     "decode",
     "encode",
     "marker_msg_id",
+    "read_stored",
 ]

@@ -5,12 +5,12 @@ See the package docstring (`sidecar.protocol`) for the API contract.
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sidecar.protocol.cache import SnapshotCache
+from sidecar.protocol.inputs import MachineConfig, PositionsListing, SubscriptionInfo
 from sidecar.protocol.markers import (
     Marker,
     Rejected,
@@ -18,254 +18,45 @@ from sidecar.protocol.markers import (
     Response,
     Snapshot,
     SnapshotId,
+    StoredMarker,
     SubscriptionKind,
     Update,
+    read_stored,
 )
 from sidecar.protocol.origins import DataEntry, OriginIndex
-
-
-@dataclass(frozen=True, slots=True)
-class MachineConfig:
-    region: str
-    stream: str
-    regions: tuple[str, ...]
-    interval_ms: int = 1000
-    timeout_ms: int = 30_000
-    cache_size: int = 30
-    history_size: int = 100
-    progress: bool = True
-    """Progress vectors (DESIGN §7): sent, and applied when received. Off, the machine is
-    PIP-33 only (its index stays empty and received vectors are ignored)."""
-
-    def __post_init__(self) -> None:
-        if self.region not in self.regions:
-            raise ValueError(f"region {self.region!r} is not in regions {self.regions}")
-        if len(set(self.regions)) != len(self.regions):
-            raise ValueError(f"regions must be unique: {self.regions}")
-        for name in ("interval_ms", "timeout_ms", "history_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.cache_size < 2:
-            raise ValueError(f"cache_size must be at least 2, got {self.cache_size}")
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionInfo:
-    """What the runtime knows about a local subscription; `config` is opaque to the protocol."""
-
-    kind: SubscriptionKind = SubscriptionKind.DURABLE
-    replicated: bool = True
-    config: bytes = b""
-
-
-# ---- actions: the runtime must carry these out -------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PublishReplicated:
-    """Publish to this region's write stream (reaches every read stream)."""
-
-    marker: Marker
-
-
-@dataclass(frozen=True, slots=True)
-class PublishLocal:
-    """Publish to this region's read stream only (completed snapshots)."""
-
-    marker: Marker
-
-
-@dataclass(frozen=True, slots=True)
-class MoveConsumer:
-    """Move a durable forward: reset to seq `ack_floor + 1` (clamped to last_seq + 1)."""
-
-    subscription: str
-    ack_floor: int
-
-
-@dataclass(frozen=True, slots=True)
-class MoveCursor:
-    """Move a stored external cursor forward to `ack_floor`."""
-
-    subscription: str
-    ack_floor: int
-
-
-@dataclass(frozen=True, slots=True)
-class CreateConsumer:
-    """Create an absent durable with `config`, starting after `ack_floor`."""
-
-    subscription: str
-    config: bytes
-    ack_floor: int
-
-
-@dataclass(frozen=True, slots=True)
-class CreateCursor:
-    """Create an absent external cursor at `ack_floor`."""
-
-    subscription: str
-    config: bytes
-    ack_floor: int
-
-
-# ---- events: for metrics, logs and the API -------------------------------------------------
-
-
-class IgnoreReason(enum.Enum):
-    STALE_EPOCH = "stale_epoch"
-    LATE_RESPONSE = "late_response"
-    DUPLICATE = "duplicate"
-    NOT_NAMED = "not_named"
-    OLDER_UPDATE = "older_update"
-    NOT_REPLICATED = "not_replicated"
-    NOT_LOCAL = "not_local"
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotStarted:
-    id: SnapshotId
-    started_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotCompleted:
-    snapshot: Snapshot
-    duration_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotTimedOut:
-    id: SnapshotId
-    round: int
-    missing: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateSent:
-    subscription: str
-    snapshot_id: SnapshotId | None
-    positions: Mapping[str, int]
-    progress: Mapping[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateApplied:
-    """An update for this region was accepted: its snapshot's position here (None when it
-    brought no newer snapshot naming this region) and its progress vector (empty if none).
-    The move or create follows as an action."""
-
-    subscription: str
-    from_region: str
-    snapshot_id: SnapshotId | None
-    position: int | None
-    progress: Mapping[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class MarkerIgnored:
-    reason: IgnoreReason
-    region: str
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class MarkerRejected:
-    read_seq: int
-    rejected: Rejected
-
-
-@dataclass(frozen=True, slots=True)
-class LeadershipLost:
-    """This leader saw a marker of its own region from a newer epoch and stepped down."""
-
-    epoch: int
-    newer_epoch: int
-
-
-SubscriptionAction = MoveConsumer | MoveCursor | CreateConsumer | CreateCursor
-"""The actions that move or create a subscription: the runtime reports each one's outcome
-(`StreamMachine.action_done` / `action_failed`)."""
-Action = PublishReplicated | PublishLocal | SubscriptionAction
-Event = (
-    SnapshotStarted
-    | SnapshotCompleted
-    | SnapshotTimedOut
-    | UpdateSent
-    | UpdateApplied
-    | MarkerIgnored
-    | MarkerRejected
-    | LeadershipLost
+from sidecar.protocol.outputs import (
+    CreateConsumer,
+    CreateCursor,
+    IgnoreReason,
+    LeadershipLost,
+    MarkerIgnored,
+    MarkerRead,
+    MarkerRejected,
+    MoveConsumer,
+    MoveCursor,
+    Output,
+    PublishLocal,
+    PublishReplicated,
+    ReadPositions,
+    ReadReason,
+    SnapshotCompleted,
+    SnapshotStarted,
+    SnapshotTimedOut,
+    SubscriptionAction,
+    UpdateApplied,
+    UpdateSent,
 )
-Output = Action | Event
+from sidecar.protocol.views import (
+    AppliedUpdate,
+    MachineSubscription,
+    Needs,
+    PendingView,
+    SentUpdate,
+    SubscriptionGauges,
+)
 
-
-# ---- query views ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SentUpdate:
-    """The last update sent: its snapshot part (None before the first snapshot passed) and
-    its progress vector with the mark-delete it was read at (empty and 0 without one)."""
-
-    snapshot_id: SnapshotId | None
-    local_position: int
-    positions: Mapping[str, int]
-    sent_ms: int
-    progress: Mapping[str, int]
-    progress_position: int
-
-
-@dataclass(frozen=True, slots=True)
-class AppliedUpdate:
-    from_region: str
-    snapshot_id: SnapshotId
-    position: int
-    applied_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class MachineSubscription:
-    """What the machine knows of one subscription (its query answer; the API's
-    `MachineSubscription` is built from it)."""
-
-    name: str
-    kind: SubscriptionKind
-    replicated: bool
-    exists: bool
-    mark_delete: int | None
-    last_update_sent: SentUpdate | None
-    applied: tuple[AppliedUpdate, ...]
-    cached: int
-    progress: Mapping[str, int]
-    """The elementwise maximum of every progress vector received for it (empty if none):
-    each message it covers was consumed in some region."""
-    exposure: int | None
-    """Data messages above `mark_delete` covered by `progress`: what a native consumer here
-    would receive again if the region it is consumed in were lost now (None: no vector)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionGauges:
-    """What one subscription's gauges show (`StreamMachine.gauges`)."""
-
-    name: str
-    exposure: int | None
-    """As `MachineSubscription.exposure`."""
-    replay_gap: int | None
-    """Messages between the local position of the last update sent and `mark_delete` (what
-    a failover replays by snapshots alone); None unless replicated with an update sent."""
-    regions: tuple[str, ...]
-    """The regions that update went to (empty when `replay_gap` is None)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PendingView:
-    id: SnapshotId
-    round: int
-    started_ms: int
-    waiting_for: tuple[str, ...]
-
+# Reads a follower asks for too: it answers the API from them.
+_EVERY_REPLICA = (ReadReason.SWEEP, ReadReason.RETRY)
 
 # ---- internal state -----------------------------------------------------------------------
 
@@ -323,28 +114,38 @@ class StreamMachine:
         # when); the query's `AppliedUpdate` is built from it when asked.
         self._applied: dict[str, dict[str, tuple[SnapshotId, int, int]]] = {}
         self._index = OriginIndex()
+        # Positions reads (`ReadPositions`): creations asked for so far (a listing begun
+        # before one may lack it), one read out at most, the reason for the next.
+        self._generation = 0
+        self._read_out = False
+        self._read_wanted: ReadReason | None = None
+        self._read_last_seq = 0  # the read stream's end as of the last read
+        self._follows_end = True  # whether a position followed that end (`PositionsListing`)
 
     @classmethod
     def restore(
         cls,
         config: MachineConfig,
-        markers: Iterable[tuple[int, Marker]],
+        markers: Iterable[StoredMarker],
         subscriptions: Mapping[str, SubscriptionInfo],
         positions: Mapping[str, int],
         read_last_seq: int,
         now_ms: int,
         data: Iterable[DataEntry] = (),
-    ) -> StreamMachine:
+    ) -> tuple[StreamMachine, list[MarkerRead | MarkerRejected]]:
         """A follower rebuilt from the read stream: its data messages' origins, the markers
-        stored in it, and current positions."""
+        stored in it, and current positions. With it, what was read of the markers
+        (`MarkerRead`, `MarkerRejected`): what the replay derived again is not news."""
         machine = cls(config)
         machine.tick(now_ms)
         machine.data_indexed(data)
         machine.subscriptions_changed(subscriptions)
-        for seq, marker in markers:
-            machine.marker_seen(seq, marker)
+        read: list[MarkerRead | MarkerRejected] = []
+        for stored in markers:
+            outputs = machine.marker_read(stored, now_ms)
+            read.extend(o for o in outputs if isinstance(o, MarkerRead | MarkerRejected))
         machine.positions_read(positions, read_last_seq)
-        return machine
+        return machine, read
 
     # ---- inputs ---------------------------------------------------------------------------
 
@@ -383,6 +184,7 @@ class StreamMachine:
     def positions_read(self, positions: Mapping[str, int], read_last_seq: int) -> list[Output]:
         """Mark-delete positions (effective ack floors / external cursors) of local subscriptions."""
         self._last_seq = max(self._last_seq, read_last_seq)
+        self._read_last_seq = read_last_seq
         out: list[Output] = []
         for name, position in positions.items():
             sub = self._subs.get(name)
@@ -395,6 +197,73 @@ class StreamMachine:
                 sub.exposure = self._index.covered_above(sub.mark_delete, sub.progress)
         self._trim_index()
         return out
+
+    def interval(
+        self, now_ms: int, last_seq: int, *, moved: bool = False, sweep: bool = False
+    ) -> list[Output]:
+        """One interval of the runtime's loop: the read stream's end as its tails saw it,
+        whether a signal said positions moved since the last one (`Needs.signals`), and
+        whether it is this stream's turn in the sweep. A `tick`, then a `ReadPositions` when
+        a read is wanted and none is out: at most one read per interval, so a signal during
+        a read waits for the next interval, and a burst of signals costs one read.
+
+        Safety does not rest on when positions are read: the machine only ever gets them as
+        read from the server, so a read skipped or late only delays an update; it never
+        hands over a position the subscription has not reached.
+        """
+        self.read_stream_advanced(last_seq)
+        out = self.tick(now_ms)
+        if moved:
+            self._want_read(ReadReason.SIGNAL)
+        if sweep:
+            self._want_read(ReadReason.SWEEP)
+        if self._read_out:
+            return out
+        reason = self._read_wanted
+        if reason is None and self._leader and self._grew():
+            reason = ReadReason.GREW
+        if reason is not None:
+            self._read_wanted = None
+            self._read_out = True
+            out.append(ReadPositions(reason))
+        return out
+
+    def read_done(self, listing: PositionsListing) -> list[Output]:
+        """The read asked for by `ReadPositions`, as listed (`positions_listed`)."""
+        self._read_out = False
+        return self.positions_listed(listing)
+
+    def read_failed(self) -> list[Output]:
+        """The read asked for by `ReadPositions` failed: asked for again at the next interval."""
+        self._read_out = False
+        self._want_read(ReadReason.RETRY)
+        return []
+
+    def positions_listed(self, listing: PositionsListing) -> list[Output]:
+        """One read of the subscriptions and their positions: the set of subscriptions (unless
+        the read began before a creation asked for since: it would take the one created for
+        deleted and forget what it holds for it, updates received and sent; the next read has
+        it), then the positions."""
+        out: list[Output] = []
+        if listing.generation == self._generation:
+            out = self.subscriptions_changed(listing.subscriptions)
+        self._follows_end = listing.follows_end
+        return out + self.positions_read(listing.positions, listing.last_seq)
+
+    def marker_read(self, stored: StoredMarker, now_ms: int) -> list[Output]:
+        """A message read from this region's read stream on the marker subjects (tail order),
+        at `now_ms`: decoded, its writer checked against its subject (`read_stored`), between
+        two ticks at that time. The first stamps what the marker completes with the time it
+        was read; the second starts the next snapshot at once when the marker completed one
+        later than an interval after it started (else it would wait for the next interval)."""
+        decoded = read_stored(stored, stream=self.config.stream, regions=self.config.regions)
+        out = self.tick(now_ms)
+        if isinstance(decoded, Marker):
+            out.append(MarkerRead(stored.seq, decoded.region))
+            out += self.marker_seen(stored.seq, decoded)
+        else:
+            out += self.marker_rejected(stored.seq, decoded)
+        return out + self.tick(now_ms)
 
     def action_done(self, action: SubscriptionAction, mark_delete: int) -> list[Output]:
         """The runtime carried out a move or creation this machine asked for; `mark_delete`
@@ -409,6 +278,12 @@ class StreamMachine:
             sub.mark_delete = mark_delete
         if sub.target is not None and sub.target <= action.ack_floor:
             sub.target = None
+        if mark_delete >= action.ack_floor:
+            # It moved: where it stands now, read at the next interval. One left alone
+            # (delivered up to the position already, or none of its messages before it)
+            # did not move: its acks signal when it does, and a read now would only ask for
+            # the same move again, every interval.
+            self._want_read(ReadReason.OUTCOME)
         return []
 
     def action_failed(self, action: SubscriptionAction) -> list[Output]:
@@ -418,6 +293,7 @@ class StreamMachine:
         sub = self._subs.get(action.subscription)
         if sub is not None:
             sub.moving = False
+        self._want_read(ReadReason.OUTCOME)
         return []
 
     def subscriptions_changed(self, subscriptions: Mapping[str, SubscriptionInfo]) -> list[Output]:
@@ -464,6 +340,7 @@ class StreamMachine:
         self._counter = counter
         self._pending = None
         self._next_start_ms = self._now
+        self._want_read(ReadReason.LEADERSHIP)
         out: list[Output] = []
         for name, sub in self._subs.items():
             sub.moving = False  # an action of an earlier term that was never reported
@@ -532,6 +409,25 @@ class StreamMachine:
     @property
     def is_leader(self) -> bool:
         return self._leader
+
+    @property
+    def generation(self) -> int:
+        """Creations asked for so far (a `PositionsListing` carries it from its start)."""
+        return self._generation
+
+    def needs(self) -> Needs:
+        """When the next `interval` is wanted, and whether signals matter (`Needs`)."""
+        due: int | None = None
+        if self._leader:
+            attempt = self._pending
+            if attempt is not None:
+                due = attempt.started_ms + self.config.timeout_ms
+            elif self._should_start():
+                due = self._next_start_ms
+        wanted = self._read_wanted is not None or (self._leader and self._grew())
+        if wanted and not self._read_out:
+            due = self._now if due is None else min(due, self._now)
+        return Needs(due, self._leader)
 
     @property
     def epoch(self) -> int:
@@ -807,6 +703,8 @@ class StreamMachine:
                 sub.target = position
         for o, s in progress.items():
             sub.progress[o] = max(sub.progress.get(o, 0), s)
+        if progress:
+            self._want_read(ReadReason.VECTOR)
         out: list[Output] = [
             UpdateApplied(name, origin, sid if position else None, position, progress)
         ]
@@ -845,9 +743,21 @@ class StreamMachine:
             sub.target = None  # already there
             return
         out.append(action)
+        if not isinstance(action, MoveConsumer):  # a cursor's write creates one deleted
+            self._generation += 1
         self._asked(sub, action)
 
     # ---- helpers --------------------------------------------------------------------------
+
+    def _want_read(self, reason: ReadReason) -> None:
+        """Ask for a positions read at the next interval (a follower only sweeps: it does not
+        act on what it reads, it only answers the API from it)."""
+        if self._read_wanted is None and (self._leader or reason in _EVERY_REPLICA):
+            self._read_wanted = reason
+
+    def _grew(self) -> bool:
+        """The read stream grew past the last read while a position followed its end."""
+        return self._follows_end and self._last_seq > self._read_last_seq
 
     def _publish(self, body: Request | Response | Update) -> PublishReplicated:
         return PublishReplicated(Marker(self._region, self.config.stream, self._epoch, body))

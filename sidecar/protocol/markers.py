@@ -190,6 +190,22 @@ def decode(
         return Rejected(exc.reason, exc.detail)
 
 
+@dataclass(frozen=True, slots=True)
+class StoredMarker:
+    """A message on a read stream's marker subjects, as stored: not decoded yet."""
+
+    seq: int
+    subject: str
+    data: bytes
+
+
+def read_stored(
+    stored: StoredMarker, *, stream: str, regions: Collection[str]
+) -> Marker | Rejected:
+    """`decode` a stored marker, then `check_writer` it against the subject it was stored under."""
+    return check_writer(decode(stored.data, stream=stream, regions=regions), stored.subject)
+
+
 def check_writer(decoded: Marker | Rejected, subject: str) -> Marker | Rejected:
     """`decoded` unless it was stored under the subject of another region than its writer's.
 

@@ -29,9 +29,11 @@ One module per role:
   those whose read stream is gone;
 - `driver`: `StreamDriver`, one per virtual stream `V`: rebuilds `V`'s machine from the
   origins of the data and the markers stored in its read stream (DESIGN §5, §7), tails
-  both live (origins in batches), reads positions and ticks every `snapshot.interval_ms`,
-  and feeds all of it to the machine one job at a time, handing each output to the effects
-  (actions) or the observer (events);
+  both live (origins in batches: `batches`), and feeds all of it to the machine one job at
+  a time, handing each output to the effects (actions), the reader queue (`ReadPositions`)
+  or the observer (events); it decides nothing (the machine's `needs()` says when);
+- `intervals`: `IntervalLoop`, one per region: every stream's `interval` each
+  `snapshot.interval_ms`, and the positions reads the machines ask for;
 - `effects`: each action carried out on NATS, only while the stream's shard lease says this
   replica leads it with the machine's epoch;
 - `observer`: events and markers read, as metrics and structured logs;

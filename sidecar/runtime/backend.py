@@ -11,6 +11,7 @@ leads that stream (the holder of its shard's lease).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
+from functools import partial
 
 import structlog
 from nats.errors import Error as NatsError
@@ -152,7 +153,8 @@ class RuntimeBackend:
         except (TimeoutError, NatsError) as err:
             raise Unavailable(f"cannot store the cursor: {err!r}") from err
         position = driver.subscriptions.cursor_stored(subscription, value)
-        await driver.submit(driver.positions_input({subscription: position}))
+        listing = driver.subscriptions.listing({subscription: position})
+        await driver.submit(partial(StreamMachine.positions_listed, listing=listing))
         return value
 
     async def reset_cursor(
@@ -183,13 +185,13 @@ class RuntimeBackend:
             replica=self.holder,
         )
         try:
-            positions = await driver.read_positions()
+            listing = await driver.read_positions()
         except (TimeoutError, NatsError) as err:
             raise Unavailable(
                 f"the cursor was reset from {previous} to {sequence}, but reading the positions "
                 f"back failed: {err!r}"
             ) from err
-        await driver.submit(driver.positions_input(positions))
+        await driver.submit(partial(StreamMachine.positions_listed, listing=listing))
         return views.CursorResetView(stream, subscription, previous, sequence)
 
     async def trigger_snapshot(self, stream: str) -> str:
@@ -233,7 +235,7 @@ class RuntimeBackend:
             await consumers.set_replicated(
                 self._handles.conn.nc, driver.vs.read_stream(self.region), subscription, replicated
             )
-            positions = await driver.read_positions()
+            listing = await driver.read_positions()
         except NotFoundError as err:
             raise NotFound(
                 f"subscription {subscription!r} of stream {stream!r} is unknown here"
@@ -242,7 +244,7 @@ class RuntimeBackend:
             raise InvalidArgument("replicated", str(err)) from err
         except (TimeoutError, NatsError) as err:
             raise Unavailable(f"cannot update the consumer: {err!r}") from err
-        await driver.submit(driver.positions_input(positions))
+        await driver.submit(partial(StreamMachine.positions_listed, listing=listing))
         return self._subscription(stream, subscription)
 
     # ---- helpers --------------------------------------------------------------------------

@@ -109,7 +109,6 @@ class Effects:
                 created = await consumers.create_consumer(
                     conn.nc, read_stream, sub, origin, ack_floor
                 )
-                self._subscriptions.created += 1
                 if created is not None:
                     return created
                 moved = await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
@@ -120,7 +119,6 @@ class Effects:
             ):
                 # `advance` creates an absent cursor and never moves one backwards.
                 value = await self._handles.cursors().advance(vs.name, sub, ack_floor)
-                self._subscriptions.created += 1
                 return self._subscriptions.cursor_stored(sub, value)
             case _:
                 assert_never(action)

@@ -1,8 +1,8 @@
 """`StreamObserver`: what one virtual stream's machine reports, as metrics and structured logs.
 
-Nothing here changes the protocol's course: the driver hands it every marker read (decoded
-or rejected), every data message read without a usable origin, every event the machine
-returns, and the state after each step (for the replay-gap, exposure and index gauges). A
+Nothing here changes the protocol's course: the driver hands it every event the machine
+returns (a marker read or rejected among them, replayed ones included), every data message
+read without a usable origin, and the state after each step (for the replay-gap, exposure and index gauges). A
 recurring warning (a rejected marker, a stale epoch, data of unknown origin) is logged as a
 warning the first time per cause and at debug level after that, so a region replaying
 junk cannot flood the log; the counters count every occurrence.
@@ -21,10 +21,9 @@ from sidecar.protocol import (
     Event,
     IgnoreReason,
     LeadershipLost,
-    Marker,
     MarkerIgnored,
+    MarkerRead,
     MarkerRejected,
-    Rejected,
     RejectReason,
     SnapshotCompleted,
     SnapshotId,
@@ -56,22 +55,6 @@ class StreamObserver:
         self._exposures: dict[str, int] = {}
         self._last_marker_ms: dict[str, int] = {}
         self._receiving_markers: frozenset[str] | None = None  # None: no positions read yet
-
-    def marker_read(self, seq: int, decoded: Marker | Rejected) -> None:
-        """A marker read from the read stream (replayed or tailed), before the machine sees it."""
-        if isinstance(decoded, Rejected):
-            reason = decoded.reason.value
-            self._metrics.marker_rejected(self._name, reason)
-            self._report_once(
-                f"rejected:{reason}",
-                "marker_rejected",
-                seq=seq,
-                reason=reason,
-                detail=decoded.detail,
-            )
-            return
-        self._last_marker_ms[decoded.region] = now_ms()
-        self._metrics.marker_seen(self._name, decoded.region)
 
     def unknown_origin(self, read_seq: int) -> None:
         """A data message read (replayed or tailed) without a usable origin: counted, and
@@ -158,8 +141,19 @@ class StreamObserver:
                 log.warning(
                     "leadership_lost", stream=name, epoch=event.epoch, newer=event.newer_epoch
                 )
-            case MarkerRejected():
-                pass  # counted and logged when read (`marker_read`), replayed markers included
+            case MarkerRead():  # replayed or tailed
+                self._last_marker_ms[event.region] = now_ms()
+                metrics.marker_seen(name, event.region)
+            case MarkerRejected():  # replayed or tailed
+                reason = event.rejected.reason.value
+                metrics.marker_rejected(name, reason)
+                self._report_once(
+                    f"rejected:{reason}",
+                    "marker_rejected",
+                    seq=event.read_seq,
+                    reason=reason,
+                    detail=event.rejected.detail,
+                )
             case _:
                 assert_never(event)
 

@@ -11,7 +11,7 @@ from sidecar.naming import VirtualStream
 from sidecar.nats import consumers
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
-from sidecar.protocol import SubscriptionInfo, SubscriptionKind
+from sidecar.protocol import PositionsListing, SubscriptionInfo, SubscriptionKind
 from sidecar.runtime.clock import now_ms
 
 _EXTERNAL = SubscriptionInfo(SubscriptionKind.EXTERNAL, True, b"")
@@ -20,9 +20,9 @@ _EXTERNAL = SubscriptionInfo(SubscriptionKind.EXTERNAL, True, b"")
 class LocalSubscriptions:
     """The durables (one consumer listing) and external cursors (one KV get) of `vs` here.
 
-    The driver hands what `read` returns to the machine; the API backend answers from the
+    `read` lists them for the machine (`PositionsListing`); the API backend answers from the
     same last read (which subscription is a durable, when positions were last read), and a
-    cursor commit records the stored value at once (`cursor_stored`).
+    cursor commit records the stored value at once (`cursor_stored`, `listing`).
     """
 
     def __init__(self, vs: VirtualStream, region: str) -> None:
@@ -37,25 +37,15 @@ class LocalSubscriptions:
         self.last_seq = 0
         """The read stream's last sequence, as read with the durables."""
         self.read_ms: int | None = None
-        self.created = 0
-        """Subscriptions this sidecar created here so far (`Effects` counts them)."""
-        self.read_created = 0
-        """`created` when the last read began: a read that began before a creation lacks it."""
-        self.follows_end = True
-        """Whether, at the last read, a position depended on the read stream's end: an
-        external cursor (markers after it count as consumed) or a replicated durable at
-        `last_seq` (nothing pending, or only what it does not deliver after its floor).
-        Such a position can move when only the read stream grows; any other moves only by
-        an ack, a reset, a commit or a (re)creation (the signals `IntervalLoop` follows) or
-        by what its sweep catches."""
+        self._last = PositionsListing(0, {}, {}, 0, True)
 
     def infos(self) -> dict[str, SubscriptionInfo]:
-        """Every local subscription, for the machine's `subscriptions_changed`."""
+        """Every local subscription, as last read (and cursors committed since)."""
         return {**{name: _EXTERNAL for name in self.cursors}, **self.durables}
 
-    async def read(self, nc: Client, store: CursorStore) -> dict[str, int]:
-        """Read everything again; the mark-delete positions of the replicated subscriptions."""
-        created = self.created
+    async def read(self, nc: Client, store: CursorStore, generation: int) -> PositionsListing:
+        """Read everything again: the subscriptions, and the mark-delete positions of the
+        replicated ones. `generation` is the machine's when the read begins."""
         read = await self._reader.read(nc)
         self.cursors = await store.load(self._vs.name)
         # `read.last_seq` was read before the scan after the cursors, as it must be.
@@ -73,12 +63,26 @@ class LocalSubscriptions:
         }
         self.last_seq = read.last_seq
         self.receiving_markers = read.receiving_markers
-        self.follows_end = bool(self.cursors) or any(
+        self.read_ms = now_ms()
+        # A position follows the end when an external cursor has it (markers after it count
+        # as consumed) or a replicated durable stands at `last_seq` (nothing pending, or only
+        # what it does not deliver after its floor).
+        follows_end = bool(self.cursors) or any(
             c.replicated and c.mark_delete >= read.last_seq for c in read.consumers
         )
-        self.read_ms = now_ms()
-        self.read_created = created
-        return {**cursors, **{c.name: c.mark_delete for c in read.consumers if c.replicated}}
+        positions = {**cursors, **{c.name: c.mark_delete for c in read.consumers if c.replicated}}
+        self._last = PositionsListing(
+            generation, self.infos(), positions, read.last_seq, follows_end
+        )
+        return self._last
+
+    def listing(self, positions: Mapping[str, int]) -> PositionsListing:
+        """The last read's listing, with these positions instead (a cursor just committed:
+        `cursor_stored`): as old as that read, whatever the positions."""
+        last = self._last
+        return PositionsListing(
+            last.generation, self.infos(), positions, last.last_seq, last.follows_end
+        )
 
     def cursor_stored(self, subscription: str, value: int) -> int:
         """Record a cursor value just stored; its mark-delete position (the read stream's

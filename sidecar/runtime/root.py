@@ -28,8 +28,9 @@ from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
 from sidecar.runtime.backend import RuntimeBackend
 from sidecar.runtime.discovery import StreamDiscovery
-from sidecar.runtime.driver import IntervalLoop, StreamDriver
+from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
+from sidecar.runtime.intervals import IntervalLoop
 
 log = structlog.get_logger(__name__)
 

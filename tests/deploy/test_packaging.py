@@ -16,6 +16,7 @@ import sys
 import tomllib
 import zipfile
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -31,8 +32,11 @@ ENTRY_MODULES = (
 )
 GENERATED = "sidecar._gen"
 HARNESS = re.compile(r"(^|/)(rsub_dev|examples|tests|bench|devtools|dev|sim)(/|$)")
-# What the image's build context may hold (the Dockerfile's COPY sources).
+# What the rsub wheel is built from.
 PRODUCT_PATHS = {"pyproject.toml", "README.md", "LICENSE", *PRODUCT_PACKAGES}
+# What the image's build context may hold (the Dockerfile's COPY sources): the wheels
+# scripts/image_tool.py builds (rsub's from PRODUCT_PATHS only) and the pins they match.
+IMAGE_CONTEXT = {"constraints.txt", "dist/image-wheels"}
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +125,15 @@ def test_every_dependency_installed_for_development_is_pinned() -> None:
     assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
 
 
-def test_image_copies_only_product_paths() -> None:
+def test_image_copies_only_the_product_wheels_and_the_pins(image_tool: ModuleType) -> None:
     copies = re.findall(r"^COPY\s+(?!--from)(.+)$", (ROOT / "Dockerfile").read_text(), re.M)
     assert copies, "the Dockerfile copies nothing from the build context"
-    sources = {Path(src).parts[0] for line in copies for src in line.split()[:-1]}
-    assert sources <= PRODUCT_PATHS, sources - PRODUCT_PATHS
+    sources = {src.rstrip("/") for line in copies for src in line.split()[:-1]}
+    assert sources <= IMAGE_CONTEXT, sources - IMAGE_CONTEXT
     allowed = re.findall(r"^!(\S+?)/?$", (ROOT / ".dockerignore").read_text(), re.M)
-    assert set(allowed) <= PRODUCT_PATHS
+    assert set(allowed) <= IMAGE_CONTEXT
+    assert image_tool.WHEELS.relative_to(ROOT).as_posix() in sources
+    assert set(image_tool.PRODUCT_FILES) == PRODUCT_PATHS
 
 
 def test_every_product_module_is_reached_from_an_entry_point() -> None:

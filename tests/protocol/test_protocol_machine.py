@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from sidecar.naming import VirtualStream
 from sidecar.protocol import (
     AppliedUpdate,
     CreateConsumer,
@@ -15,6 +16,7 @@ from sidecar.protocol import (
     MachineConfig,
     Marker,
     MarkerIgnored,
+    MarkerRead,
     MarkerRejected,
     MoveConsumer,
     MoveCursor,
@@ -31,12 +33,14 @@ from sidecar.protocol import (
     SnapshotId,
     SnapshotStarted,
     SnapshotTimedOut,
+    StoredMarker,
     StreamMachine,
     SubscriptionInfo,
     SubscriptionKind,
     Update,
     UpdateApplied,
     UpdateSent,
+    encode,
 )
 
 STREAM = "V"
@@ -49,6 +53,12 @@ def machine(region: str, regions: Sequence[str], *, leader: bool = True) -> Stre
     if leader:
         m.became_leader(1)
     return m
+
+
+def stored(seq: int, marker: Marker) -> StoredMarker:
+    """`marker` as the runtime reads it from the read stream: encoded, under its writer's subject."""
+    subject = VirtualStream(STREAM, ("a", "b", "c")).marker_subject(marker.region)
+    return StoredMarker(seq, subject, encode(marker))
 
 
 def published(outputs: Sequence[Output]) -> list[Marker]:
@@ -311,9 +321,10 @@ def test_rejected_markers_are_reported() -> None:
 def test_restore_from_stored_snapshots_then_lead() -> None:
     a, b = machine("a", "ab"), machine("b", "ab")
     snap = complete_two_region_snapshot(a, b)
-    stored = [(16, Marker("a", STREAM, 1, snap))]
+    stored_snap = stored(16, Marker("a", STREAM, 1, snap))
     config = MachineConfig("a", STREAM, ("a", "b"))
-    restored = StreamMachine.restore(config, stored, SUBS, {"d": 3}, 40, now_ms=9_000)
+    restored, read = StreamMachine.restore(config, [stored_snap], SUBS, {"d": 3}, 40, 9_000)
+    assert read == [MarkerRead(16, "a")]
     assert not restored.is_leader and restored.completed_snapshots() == [snap]
     assert restored.subscription("d").cached == 1  # type: ignore[union-attr]
     assert restored.became_leader(2) == []
@@ -358,7 +369,8 @@ def test_snapshot_ids_never_repeat_when_an_epoch_is_reused() -> None:
     (second,) = published(a.tick(2_000))
     # A restarted sidecar given the same epoch again still continues after the stored ids.
     config = MachineConfig("a", STREAM, ("a", "b"))
-    restored = StreamMachine.restore(config, [(11, first), (21, second)], SUBS, {}, 30, 3_000)
+    markers = [stored(11, first), stored(21, second)]
+    restored, _ = StreamMachine.restore(config, markers, SUBS, {}, 30, 3_000)
     restored.became_leader(1)
     restored.read_stream_advanced(35)
     (third,) = published(restored.tick(4_000))

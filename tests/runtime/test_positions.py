@@ -48,7 +48,7 @@ async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_p
         await js.create_key_value(bucket="cursors", replicas=3)
         subscriptions = LocalSubscriptions(VS, "west")
         store = CursorStore(await js.key_value("cursors"))
-        assert await subscriptions.read(nc, store) == {"app0": 5}
+        assert (await subscriptions.read(nc, store, 0)).positions == {"app0": 5}
         known = subscriptions.durables["app0"]
 
         info = await js.consumer_info(stream, "app0")
@@ -60,8 +60,9 @@ async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_p
         await cluster.stop_server("west", index, kill=False)
 
         store = CursorStore(await nc.jetstream().key_value("cursors"))
-        positions = await subscriptions.read(nc, store)
-        assert positions == {}, "a position read from a consumer nobody could ask"
+        listing = await subscriptions.read(nc, store, 0)
+        assert listing.positions == {}, "a position read from a consumer nobody could ask"
+        assert listing.subscriptions == {"app0": known}
         assert subscriptions.durables == {"app0": known}
     finally:
         await nc.close()

@@ -1,7 +1,8 @@
-"""Run the protocol simulation over fresh seeds for a while: `python -m rsub_dev.sim.soak --seconds N`.
+"""Run the simulations over fresh seeds for a while: `python -m rsub_dev.sim.soak --seconds N`.
 
-Every run draws its parameters from its seed; the first violation prints the seed, the
-parameters and the last events, and exits with status 1.
+Per seed, the protocol world (`world`) and the leases' world (`leases`: the real `Lease`
+over a simulated bucket on virtual time). Every run draws its parameters from its seed; the
+first violation prints the seed, the parameters and the last events, and exits with status 1.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import random
 import sys
 import time
 
+from rsub_dev.sim.leases import run_leases
 from rsub_dev.sim.world import SimParams, run
 
 
@@ -34,13 +36,20 @@ def main(argv: list[str] | None = None) -> int:
         runs += 1
         for key, value in result.stats.items():
             totals[key] = totals.get(key, 0) + value
-        if result.violation:
-            print(result.report())
-            print(f"FAILED after {runs} runs; reproduce with --seed {seed}", file=sys.stderr)
-            return 1
+        leases = run_leases(seed)
+        for key, value in leases.stats.items():
+            totals[f"lease_{key}"] = totals.get(f"lease_{key}", 0) + value
+        for failed in (result, leases):
+            if failed.violation:
+                print(failed.report())
+                print(f"FAILED after {runs} runs; reproduce with --seed {seed}", file=sys.stderr)
+                return 1
         seed += 1
     elapsed = time.monotonic() - started
-    print(f"seeds {first}..{seed - 1}: {runs} runs in {elapsed:.1f}s ({runs / elapsed:.1f} runs/s)")
+    print(
+        f"seeds {first}..{seed - 1}: {runs} runs of each world in {elapsed:.1f}s "
+        f"({runs / elapsed:.1f} seeds/s)"
+    )
     print("totals: " + ", ".join(f"{k}={v}" for k, v in totals.items()))
     return 0
 

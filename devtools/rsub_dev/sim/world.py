@@ -110,6 +110,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sidecar.naming import VirtualStream
 from sidecar.protocol import (
     Action,
     CreateConsumer,
@@ -128,6 +129,7 @@ from sidecar.protocol import (
     Snapshot,
     SnapshotCompleted,
     SnapshotTimedOut,
+    StoredMarker,
     StreamMachine,
     SubscriptionAction,
     SubscriptionInfo,
@@ -580,16 +582,20 @@ class World:
             cache_size=self.p.cache_size,
         )
         q, first = self.q[region], self.q_first[region]
-        markers: list[tuple[int, Marker]] = []
+        markers: list[StoredMarker] = []
         seen: dict[str, int] = {}
+        vs = VirtualStream(STREAM, self.regions)
         for seq, entry in enumerate(q[first - 1 :], start=first):
             if not isinstance(entry, Data):
+                # As the runtime replays them: stored, under their writer's subject.
                 decoded = self._decoded(entry)
+                writer = decoded.region if isinstance(decoded, Marker) else region
+                data = encode(entry) if isinstance(entry, Marker) else entry
+                markers.append(StoredMarker(seq, vs.marker_subject(writer), data))
                 if isinstance(decoded, Marker):
-                    markers.append((seq, decoded))
                     seen[decoded.region] = max(seen.get(decoded.region, 0), decoded.epoch)
         positions = {n: self._read_position(region, n) for n in self._local_subs(region)}
-        machine = self.factory.restore(
+        machine, _ = self.factory.restore(
             config,
             markers,
             self._infos(region),

@@ -1,0 +1,355 @@
+"""`SimJetStream`: one JetStream account over a simulated super-cluster, on virtual time.
+
+Every operation first brings the model up to the clock's time (`settle`: sourced messages
+arrive in the order of their arrival times, and limits by age apply as of each arrival),
+then consults the `Faults` (which may fail it, or lose its reply after doing it), then
+runs. Operations are synchronous and take effect at once: an asynchronous port over this
+model decides when its callers see them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from rsub_dev.simjs.clock import Clock
+from rsub_dev.simjs.consumer import Consumer, ConsumerConfig, ConsumerInfo, Delivery
+from rsub_dev.simjs.errors import (
+    CONSUMER_ALREADY_EXISTS,
+    STREAM_NAME_EXISTS,
+    SUBJECT_OVERLAP,
+    SimBucketNotFound,
+    SimJSError,
+    SimNoResponders,
+    SimTimeout,
+    SimUnavailable,
+    api_error,
+    consumer_not_found,
+    no_message_found,
+    stream_not_found,
+)
+from rsub_dev.simjs.faults import Fault, Faults, Op
+from rsub_dev.simjs.kv import KeyValue, bucket_config, bucket_stream
+from rsub_dev.simjs.sourcing import Link
+from rsub_dev.simjs.stream import PubAck, StoredMessage, Stream, StreamConfig, StreamInfo
+from sidecar.nats.topology import subjects_overlap
+
+T = TypeVar("T")
+
+
+class SimJetStream:
+    def __init__(
+        self, clock: Clock, *, rng: random.Random | None = None, faults: Faults | None = None
+    ) -> None:
+        """`rng` feeds the random faults (`faults.fail_randomly`); nothing else draws."""
+        self.clock = clock
+        self.faults = faults if faults is not None else Faults(rng)
+        self._streams: dict[str, Stream] = {}
+        self._links: list[Link] = []
+        self._cut: set[str | None] = set()
+        self._settled_ms = clock.now_ms()
+        self._created = 0  # streams created so far (in their creation times' nanoseconds)
+
+    @property
+    def now_ms(self) -> int:
+        """The time the model stands at (the clock's at the last `settle`)."""
+        return self._settled_ms
+
+    # ---- time -----------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Bring sourcing and limits by age up to the clock's time."""
+        now = self.clock.now_ms()
+        if now < self._settled_ms:
+            raise RuntimeError(f"the clock went back from {self._settled_ms} to {now} ms")
+        while (arrival := self._next_arrival()) is not None and arrival[0] <= now:
+            at, link, _ = arrival
+            for stream in self._streams.values():
+                stream.expire(at)
+            msg = link.next_message(self._streams[link.origin])  # unless it expired at `at`
+            if msg is not None and link.arrival_ms(msg) == at:
+                link.carry(msg, self._streams[link.origin], self._streams[link.target], at)
+        for stream in self._streams.values():
+            stream.expire(now)
+        self._settled_ms = now
+
+    def next_due_ms(self) -> int | None:
+        """When something next happens by itself: an arrival, an expiry, a pause ending."""
+        self.settle()
+        now = self._settled_ms
+        times = [t for s in self._streams.values() if (t := s.next_expiry_ms()) is not None]
+        times += [
+            c.pause_until_ms
+            for s in self._streams.values()
+            for c in s.consumers.values()
+            if c.pause_until_ms is not None and c.pause_until_ms > now
+        ]
+        if (arrival := self._next_arrival()) is not None:
+            times.append(arrival[0])
+        return min(times, default=None)
+
+    def _next_arrival(self) -> tuple[int, Link, StoredMessage] | None:
+        best: tuple[int, Link, StoredMessage] | None = None
+        for link in self._links:
+            origin = self._streams.get(link.origin)
+            if origin is None or self._blocked(link):
+                continue
+            msg = link.next_message(origin)
+            if msg is not None and (best is None or link.arrival_ms(msg) < best[0]):
+                best = (link.arrival_ms(msg), link, msg)
+        return best
+
+    # ---- the network ------------------------------------------------------------------------
+
+    def link(self, target: str, origin: str) -> Link:
+        """The link sourcing `origin` into `target` (set `delay_ms` through `set_delay`)."""
+        for link in self._links:
+            if link.target == target and link.origin == origin:
+                return link
+        raise KeyError(f"{target} does not source {origin}")
+
+    def set_delay(self, target: str, origin: str, delay_ms: int) -> None:
+        if delay_ms < 0:
+            raise ValueError(f"delay_ms must not be negative, got {delay_ms}")
+        self.settle()
+        self.link(target, origin).delay_ms = delay_ms
+
+    def stall(self, target: str, origin: str, stalled: bool = True) -> None:
+        """Stop (or restart) the sourcing of `origin` into `target`."""
+        self._rewire(lambda: setattr(self.link(target, origin), "stalled", stalled))
+
+    def partition(self, cluster: str | None, cut: bool = True) -> None:
+        """Cut `cluster` from every other one (or heal it): sourcing across stops."""
+        self._rewire(lambda: (self._cut.add if cut else self._cut.discard)(cluster))
+
+    def _rewire(self, change: Callable[[], object]) -> None:
+        self.settle()
+        was = {id(link): self._blocked(link) for link in self._links}
+        change()
+        for link in self._links:
+            if was[id(link)] and not self._blocked(link):
+                link.open_since_ms = self._settled_ms
+
+    def _blocked(self, link: Link) -> bool:
+        if link.stalled:
+            return True
+        if not self._cut:
+            return False
+        origin, target = self._streams.get(link.origin), self._streams[link.target]
+        here, there = target.config.placement, origin.config.placement if origin else None
+        return here != there and (here in self._cut or there in self._cut)
+
+    # ---- operations --------------------------------------------------------------------------
+
+    def _call(
+        self,
+        op: Op,
+        target: str,
+        action: Callable[[], T],
+        missing: Callable[[], SimJSError] = stream_not_found,
+        cluster: str | None = None,
+    ) -> T:
+        """Run `action` as operation `op` on `target` (a stream, or a bucket: placed in the
+        cluster of the stream of that name unless `cluster` says), with faults."""
+        self.settle()
+        stream = self._streams.get(target)
+        if stream is not None:
+            cluster = stream.config.placement
+        fault = self.faults.check(op, target, cluster)
+        if fault is Fault.NOT_FOUND:
+            raise missing()
+        result = action()
+        if fault is Fault.REPLY_LOST:
+            raise SimTimeout()
+        return result
+
+    def _stream(self, name: str) -> Stream:
+        stream = self._streams.get(name)
+        if stream is None:
+            raise stream_not_found()
+        return stream
+
+    def stream(self, name: str) -> Stream:
+        """The stream itself, to read (no faults, no time passing): tails and checks."""
+        self.settle()
+        return self._stream(name)
+
+    # ---- streams ------------------------------------------------------------------------------
+
+    def stream_create(self, config: StreamConfig) -> StreamInfo:
+        """Create a stream (again with the same configuration: nothing changes)."""
+
+        def create() -> StreamInfo:
+            existing = self._streams.get(config.name)
+            if existing is not None:
+                if existing.config != config:
+                    raise api_error(
+                        400,
+                        STREAM_NAME_EXISTS,
+                        "stream name already in use with a different configuration",
+                    )
+                return existing.info()
+            for other in self._streams.values():
+                if any(
+                    subjects_overlap(a, b) for a in config.subjects for b in other.config.subjects
+                ):
+                    raise api_error(
+                        400, SUBJECT_OVERLAP, "subjects overlap with an existing stream"
+                    )
+            self._created += 1
+            stream = Stream(config, self._settled_ms * 1_000_000 + self._created % 1_000_000)
+            self._streams[config.name] = stream
+            for source in config.sources:
+                self._links.append(Link(config.name, source, open_since_ms=self._settled_ms))
+            return stream.info()
+
+        return self._call(Op.STREAM_CREATE, config.name, create, cluster=config.placement)
+
+    def stream_delete(self, name: str) -> None:
+        def delete() -> None:
+            self._streams.pop(self._stream(name).name)
+            self._links = [link for link in self._links if link.target != name]
+            for link in self._links:
+                if link.origin == name:
+                    link.restart()  # a stream created again under the name is sourced anew
+
+        self._call(Op.STREAM_DELETE, name, delete)
+
+    def stream_info(self, name: str) -> StreamInfo:
+        return self._call(Op.STREAM_INFO, name, lambda: self._stream(name).info())
+
+    def stream_purge(self, name: str, keep: int | None = None) -> int:
+        """Purge `name` (all of it, or all but its last `keep` messages); how many went."""
+        return self._call(Op.STREAM_PURGE, name, lambda: self._stream(name).purge(keep))
+
+    def publish(
+        self, subject: str, data: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> PubAck:
+        """Store a message in the stream whose subjects take `subject`."""
+        stream = next((s for s in self._streams.values() if s.takes(subject)), None)
+
+        def store() -> PubAck:
+            if stream is None:
+                raise SimNoResponders()
+            return stream.store(subject, data, dict(headers or {}), self._settled_ms)
+
+        name = stream.name if stream is not None else subject
+        return self._call(Op.PUBLISH, name, store, missing=SimNoResponders)
+
+    def msg_get(self, stream: str, seq: int, next_by_subj: str | None = None) -> StoredMessage:
+        """`STREAM.MSG.GET`: the message at `seq` (with `next_by_subj`: the first at or after
+        `seq` on that subject); "no message found" when there is none."""
+
+        def get() -> StoredMessage:
+            msg = self._stream(stream).get(seq, next_by_subj)
+            if msg is None:
+                raise no_message_found()
+            return msg
+
+        return self._call(Op.MSG_GET, stream, get)
+
+    # ---- consumers ----------------------------------------------------------------------------
+
+    def _consumer_call(
+        self,
+        op: Op,
+        stream: str,
+        name: str,
+        action: Callable[[Consumer], T],
+        missing: Callable[[], SimJSError] = consumer_not_found,
+    ) -> T:
+        def run() -> T:
+            consumers = self._stream(stream).consumers
+            if name not in consumers:
+                raise missing()
+            return action(consumers[name])
+
+        return self._call(op, stream, run, missing)
+
+    def consumer_create(self, stream: str, config: ConsumerConfig) -> ConsumerInfo:
+        """Create a durable (again with the same configuration: nothing changes; with another
+        one: "consumer already exists")."""
+
+        def create() -> ConsumerInfo:
+            owner = self._stream(stream)
+            existing = owner.consumers.get(config.durable_name)
+            if existing is not None and existing.config != config:
+                raise api_error(400, CONSUMER_ALREADY_EXISTS, "consumer already exists")
+            if existing is None:
+                existing = owner.consumers[config.durable_name] = Consumer(owner, config)
+            return existing.info(self._settled_ms)
+
+        return self._call(Op.CONSUMER_CREATE, stream, create)
+
+    def consumer_info(self, stream: str, name: str) -> ConsumerInfo:
+        return self._consumer_call(
+            Op.CONSUMER_INFO, stream, name, lambda c: c.info(self._settled_ms)
+        )
+
+    def consumer_list(self, stream: str) -> list[ConsumerInfo]:
+        def listing() -> list[ConsumerInfo]:
+            consumers = self._stream(stream).consumers.values()
+            return [c.info(self._settled_ms) for c in consumers]
+
+        return self._call(Op.CONSUMER_LIST, stream, listing)
+
+    def consumer_delete(self, stream: str, name: str) -> None:
+        self._consumer_call(
+            Op.CONSUMER_DELETE, stream, name, lambda c: self._stream(stream).consumers.pop(name)
+        )
+
+    def consumer_pause(self, stream: str, name: str, until_ms: int | None) -> ConsumerInfo:
+        """`CONSUMER.PAUSE`: deliver nothing before `until_ms` (None: resume now)."""
+
+        def pause(consumer: Consumer) -> ConsumerInfo:
+            consumer.pause_until_ms = until_ms
+            return consumer.info(self._settled_ms)
+
+        return self._consumer_call(Op.CONSUMER_PAUSE, stream, name, pause)
+
+    def consumer_reset(self, stream: str, name: str, seq: int = 0) -> ConsumerInfo:
+        """`CONSUMER.RESET` (see `Consumer.reset`); the reply's info (its ack floor is the
+        sequence it starts at, less one). Nothing answers for a consumer that does not exist:
+        the request times out, as on the real server."""
+
+        def reset(consumer: Consumer) -> ConsumerInfo:
+            consumer.reset(seq)
+            return consumer.info(self._settled_ms)
+
+        return self._consumer_call(Op.CONSUMER_RESET, stream, name, reset, missing=SimTimeout)
+
+    def fetch(self, stream: str, name: str, batch: int) -> list[Delivery]:
+        """Pull up to `batch` messages at once (none: an empty list). A pull from a consumer
+        that does not exist gets the bare 503 status of no responders."""
+        return self._consumer_call(
+            Op.FETCH, stream, name, lambda c: c.fetch(batch, self._settled_ms), SimUnavailable
+        )
+
+    def ack(self, stream: str, name: str, stream_seq: int) -> None:
+        """Ack a delivered message. An ack for a consumer that does not exist is lost without
+        a word (an ack waiting for its reply, as `Fault.NOT_FOUND` has it, times out)."""
+
+        def ack() -> None:
+            owner = self._streams.get(stream)
+            consumer = owner.consumers.get(name) if owner is not None else None
+            if consumer is not None:
+                consumer.ack(stream_seq)
+
+        self._call(Op.ACK, stream, ack, missing=SimTimeout)
+
+    # ---- key-value buckets ------------------------------------------------------------------
+
+    def kv_bucket_create(
+        self, bucket: str, ttl_ms: int = 0, placement: str | None = None
+    ) -> KeyValue:
+        """Create a bucket (history 1; values expire `ttl_ms` after they were written): the
+        stream `KV_<bucket>`, created as any stream (`Op.STREAM_CREATE`)."""
+        self.stream_create(bucket_config(bucket, ttl_ms, placement))
+        return KeyValue(self, bucket)
+
+    def key_value(self, bucket: str) -> KeyValue:
+        """Bind to an existing bucket."""
+        if bucket_stream(bucket) not in self._streams:
+            raise SimBucketNotFound()
+        return KeyValue(self, bucket)

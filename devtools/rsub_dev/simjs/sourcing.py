@@ -1,0 +1,75 @@
+"""Sourcing: one `Link` per source of a stream, carrying the origin's messages in order.
+
+A message of the origin reaches the target `delay_ms` after the origin stored it, never
+before the one ahead of it on the link, and never while the link is blocked (its stall
+switch, or a partition between the two streams' clusters); once unblocked, what waited
+arrives at once. It is stored there at its arrival time under the source's subject (filter
+and transforms), with the origin's headers but `Nats-Expected-*` and an older
+`Nats-Stream-Source`, and a `Nats-Stream-Source` of its own; the target's de-duplication
+window applies to its `Nats-Msg-Id`. A message the origin removed (a limit, a purge) before
+the link took it never arrives. Each link starts at the origin's first message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsub_dev.simjs.stream import SourceConfig, StoredMessage, Stream
+from sidecar.naming import SOURCE_HEADER
+
+_EXPECTED_PREFIX = "Nats-Expected-"
+
+
+@dataclass(slots=True)
+class Link:
+    target: str
+    source: SourceConfig
+    delay_ms: int = 0
+    stalled: bool = False
+    taken: int = 0
+    """The last origin sequence it carried or passed over."""
+    open_since_ms: int = 0
+    """When it was last unblocked: nothing arrives over it before."""
+    last_arrival_ms: int = 0
+    _ahead: StoredMessage | None = None  # the next message, found once
+
+    @property
+    def origin(self) -> str:
+        return self.source.name
+
+    def next_message(self, origin: Stream) -> StoredMessage | None:
+        """The next origin message it carries (passing over those the source does not take,
+        which it never will)."""
+        ahead = self._ahead
+        if ahead is not None and origin.get(ahead.seq) is ahead:
+            return ahead
+        self._ahead = None
+        if self.taken >= origin.last_seq:
+            return None
+        for msg in origin.matching(self.taken + 1):
+            if self.source.subject_for(msg.subject) is not None:
+                self._ahead = msg
+                return msg
+            self.taken = msg.seq
+        self.taken = max(self.taken, origin.last_seq)
+        return None
+
+    def restart(self) -> None:
+        """Source the origin from its first message (a new stream under the same name)."""
+        self.taken, self._ahead = 0, None
+
+    def arrival_ms(self, msg: StoredMessage) -> int:
+        return max(msg.time_ms + self.delay_ms, self.open_since_ms, self.last_arrival_ms)
+
+    def carry(self, msg: StoredMessage, origin: Stream, target: Stream, at_ms: int) -> None:
+        """Store `msg` in `target` as arrived at `at_ms`."""
+        subject = self.source.subject_for(msg.subject)
+        assert subject is not None
+        headers: dict[str, str] = {
+            k: v
+            for k, v in msg.headers.items()
+            if not k.startswith(_EXPECTED_PREFIX) and k != SOURCE_HEADER
+        }
+        headers[SOURCE_HEADER] = self.source.header(msg.seq, msg.subject, origin.identity)
+        target.store(subject, msg.data, headers, at_ms)
+        self.taken, self.last_arrival_ms, self._ahead = msg.seq, at_ms, None

@@ -1,0 +1,64 @@
+"""What the runtime tells a `StreamMachine` besides markers and data: its configuration, the
+local subscriptions, and one read of their positions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sidecar.protocol.markers import SubscriptionKind
+
+
+@dataclass(frozen=True, slots=True)
+class MachineConfig:
+    region: str
+    stream: str
+    regions: tuple[str, ...]
+    interval_ms: int = 1000
+    timeout_ms: int = 30_000
+    cache_size: int = 30
+    history_size: int = 100
+    progress: bool = True
+    """Progress vectors (DESIGN §7): sent, and applied when received. Off, the machine is
+    PIP-33 only (its index stays empty and received vectors are ignored)."""
+
+    def __post_init__(self) -> None:
+        if self.region not in self.regions:
+            raise ValueError(f"region {self.region!r} is not in regions {self.regions}")
+        if len(set(self.regions)) != len(self.regions):
+            raise ValueError(f"regions must be unique: {self.regions}")
+        for name in ("interval_ms", "timeout_ms", "history_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.cache_size < 2:
+            raise ValueError(f"cache_size must be at least 2, got {self.cache_size}")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """What the runtime knows about a local subscription; `config` is opaque to the protocol."""
+
+    kind: SubscriptionKind = SubscriptionKind.DURABLE
+    replicated: bool = True
+    config: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class PositionsListing:
+    """One read of a stream's local subscriptions and their positions (`read_done` when the
+    machine asked for it with `ReadPositions`, `positions_listed` otherwise)."""
+
+    generation: int
+    """`StreamMachine.generation` when the read began: a listing begun before a creation the
+    machine asked for may lack the subscription created, so its set of subscriptions is
+    ignored (its positions are not)."""
+    subscriptions: Mapping[str, SubscriptionInfo]
+    positions: Mapping[str, int]
+    """Effective mark-delete positions of the replicated subscriptions (`positions_read`)."""
+    last_seq: int
+    """The read stream's last sequence, read before the positions."""
+    follows_end: bool
+    """Whether a position depended on the read stream's end: an external cursor (markers
+    after it count as consumed) or a replicated durable at `last_seq`. Such a position can
+    move when only the stream grows; any other moves only by a signal (an ack, a reset, a
+    commit, a creation) or what a sweep catches."""

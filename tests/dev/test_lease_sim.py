@@ -1,0 +1,90 @@
+"""The leases' simulation (`rsub_dev.sim.leases`) runs the real `Lease` over a simulated
+bucket on virtual time; broken variants of that shell, each a bug of its kind, must be
+caught within a stated budget of seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsub_dev.sim.leases import LeaseFactory, run_leases
+from sidecar.nats.lease import Lease, LeaseState
+
+# Every broken variant below must be caught within this many seeds (from seed 0).
+BUDGET = 100
+
+
+def test_the_real_lease_keeps_every_property() -> None:
+    for seed in range(30):
+        result = run_leases(seed)
+        assert result.violation is None, result.report()
+        assert result.stats["rounds"] > 0 and result.stats["acquired"] > 0
+
+
+def test_same_seed_same_run() -> None:
+    first, second = run_leases(7), run_leases(7)
+    assert first.trace == second.trace and first.stats == second.stats
+    assert run_leases(8).trace != first.trace
+
+
+class NotReportedWhenUnreachable(Lease):
+    """The bug the alert test found on real servers (fixed in 0d4f665): a round that cannot
+    reach the bucket does not report a lease that expired meanwhile, so the machines go on
+    as leaders while NATS is down."""
+
+    async def step(self, *, acquire: bool = True) -> LeaseState:
+        if self._epoch > 0 and not self.is_leader:
+            self._lose("expired")
+        if self._epoch > 0:
+            await self._renew()
+        else:
+            await self._observe_or_acquire(acquire)
+        self._notify()
+        self._known = True
+        return self.state
+
+
+class ValidFromTheReply(Lease):
+    """Counts its validity from the renewal's reply, not from when it was sent: a slow reply
+    stretches its leadership past the moment a follower may take over."""
+
+    async def _renew(self) -> None:
+        await super()._renew()
+        if self._epoch > 0:
+            self._valid_until = self._clock() + 0.8 * self._ttl
+
+
+class ValidForTheWholeTtl(Lease):
+    """Leads for the whole ttl after its renewal was sent, with no margin: the follower's
+    count starts at its own first sight of the revision, no earlier than the send, so only
+    drift and delays can break it."""
+
+    async def _renew(self) -> None:
+        sent = self._clock()
+        await super()._renew()
+        if self._epoch > 0:
+            self._valid_until = sent + 1.05 * self._ttl
+
+
+class NeverTakesOver(Lease):
+    """Only takes a lease that is free: one whose holder died is never taken over."""
+
+    async def _observe_or_acquire(self, acquire: bool) -> None:
+        await super()._observe_or_acquire(acquire and self._observed_revision == 0)
+
+
+@pytest.mark.parametrize(
+    ("variant", "symptom"),
+    [
+        (NotReportedWhenUnreachable, "reported:"),
+        (ValidFromTheReply, "exclusive:"),
+        (ValidForTheWholeTtl, "exclusive:"),
+        (NeverTakesOver, "live:"),
+    ],
+)
+def test_the_simulation_catches_a_broken_lease(variant: LeaseFactory, symptom: str) -> None:
+    for seed in range(BUDGET):
+        result = run_leases(seed, factory=variant)
+        if result.violation is not None:
+            assert result.violation.startswith(symptom), result.report()
+            return
+    pytest.fail(f"{variant.__name__} not caught in {BUDGET} seeds")
