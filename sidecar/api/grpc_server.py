@@ -181,6 +181,15 @@ class _AdminService(api_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
             subscription=convert.subscription_to_proto(view, api_pb2.SubscriptionState)
         )
 
+    @_unary
+    async def ResetCursor(self, request: Any) -> Any:
+        stream = require_name("stream", request.stream)
+        subscription = require_name("subscription", request.subscription)
+        reset = await self._backend.reset_cursor(stream, subscription, request.sequence)
+        return api_pb2.ResetCursorResponse(
+            previous_sequence=reset.previous_sequence, sequence=reset.sequence
+        )
+
 
 class _BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, token: str) -> None:

@@ -156,6 +156,13 @@ class SidecarMetrics:
             ["stream"],
             registry=r,
         )
+        self._durables_receiving_markers = Gauge(
+            "rsub_durables_receiving_markers",
+            "Replicated durables of the stream here whose filter lets its markers through, so "
+            "their clients receive them (filter them on the stream's data subjects).",
+            ["stream"],
+            registry=r,
+        )
         self._data_unknown_origin = Counter(
             "rsub_data_unknown_origin_total",
             "Data messages of the read stream without a usable origin (no Nats-Stream-Source "
@@ -301,6 +308,9 @@ class SidecarMetrics:
     def set_origin_index_bytes(self, stream: str, size: int) -> None:
         self._origin_index_bytes.labels(stream).set(size)
 
+    def set_durables_receiving_markers(self, stream: str, durables: int) -> None:
+        self._durables_receiving_markers.labels(stream).set(durables)
+
     def data_unknown_origin(self, stream: str) -> None:
         self._data_unknown_origin.labels(stream).inc()
 
@@ -323,7 +333,12 @@ class SidecarMetrics:
         otherwise stay frozen (and its snapshot age grow) for a stream that no longer is.
         Its counters stay: they only ever count what happened."""
         self._streams_dropped.inc()
-        for gauge in (self._leader, self._epoch, self._origin_index_bytes):
+        for gauge in (
+            self._leader,
+            self._epoch,
+            self._origin_index_bytes,
+            self._durables_receiving_markers,
+        ):
             with contextlib.suppress(KeyError):
                 gauge.remove(stream)
         for subscription in {sub for st, sub, _ in self._replay_gap_series if st == stream}:

@@ -411,11 +411,16 @@ async def test_token_guards_admin_and_commit(
 ) -> None:
     cursor = api_pb2_grpc.CursorServiceStub(token_channel)
     admin = api_pb2_grpc.AdminServiceStub(token_channel)
+    backend.make_cursor("audit")  # at 3
     calls = [
         admin.Status(api_pb2.StatusRequest(), metadata=metadata),
         admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM), metadata=metadata),
         cursor.CommitCursor(
             api_pb2.CommitCursorRequest(stream=STREAM, subscription=SUBSCRIPTION, sequence=99),
+            metadata=metadata,
+        ),
+        admin.ResetCursor(
+            api_pb2.ResetCursorRequest(stream=STREAM, subscription="audit", sequence=1),
             metadata=metadata,
         ),
     ]
@@ -426,6 +431,7 @@ async def test_token_guards_admin_and_commit(
             await expect_status(call, code)
     expected = 99 if code == Code.OK else 41
     assert backend.subscriptions[STREAM][SUBSCRIPTION].mark_delete == expected
+    assert backend.subscriptions[STREAM]["audit"].mark_delete == (1 if code == Code.OK else 3)
 
 
 async def test_token_leaves_reads_open(token_channel: grpc.aio.Channel) -> None:
