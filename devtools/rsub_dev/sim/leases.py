@@ -38,6 +38,8 @@ from rsub_dev.simjs import KeyValue, KVEntry, SimJetStream
 from sidecar.nats.lease import Lease, LeaseState
 
 KEY = "shards.0"
+# The shortest wait: a float remainder below the loop's resolution would not move its time.
+_TICK_S = 0.001
 BUCKET = "leases"
 T = TypeVar("T")
 
@@ -119,7 +121,9 @@ class _Bucket:
         # A frozen process takes its replies when it wakes (a GC pause mid-request).
         loop = asyncio.get_running_loop()
         while (frozen := self._replica.frozen_until - loop.time()) > 0:  # noqa: ASYNC110
-            await asyncio.sleep(frozen)  # (a freeze may be made longer while it lasts)
+            await asyncio.sleep(
+                max(frozen, _TICK_S)
+            )  # (a freeze may be made longer while it lasts)
         return result
 
 
@@ -268,7 +272,7 @@ class LeaseWorld:
             loop = asyncio.get_running_loop()
             started = loop.time()
             if replica.frozen_until > started:
-                await asyncio.sleep(replica.frozen_until - started)
+                await asyncio.sleep(max(replica.frozen_until - started, _TICK_S))
                 continue
             with contextlib.suppress(TimeoutError, NatsError):
                 await lease.step()
