@@ -19,7 +19,7 @@ from nats.js.errors import NotFoundError
 import sidecar
 from sidecar.api import backend as views
 from sidecar.api.errors import FailedPrecondition, InvalidArgument, NotFound, NotLeader, Unavailable
-from sidecar.nats import consumers, jsapi
+from sidecar.nats import consumers
 from sidecar.nats.lease import LeaseState
 from sidecar.protocol import MachineSubscription, Output, PendingView, StreamMachine
 from sidecar.runtime.clock import now_ms
@@ -190,7 +190,7 @@ class RuntimeBackend:
             raise InvalidArgument("subscription", "external cursors are always replicated")
         try:
             await consumers.set_replicated(
-                self._handles.conn.nc, driver.vs.read_stream(self.region), subscription, replicated
+                self._handles.port, driver.vs.read_stream(self.region), subscription, replicated
             )
             listing = await driver.read_positions()
         except NotFoundError as err:
@@ -258,14 +258,12 @@ class RuntimeBackend:
 
     async def _sources(self, driver: StreamDriver, now: int) -> list[views.SourceLinkView]:
         """The read stream's source links as the server reports them (none while offline)."""
-        conn, vs = self._handles.conn, driver.vs
-        if not conn.connected:
+        handles, vs = self._handles, driver.vs
+        if not handles.conn.connected:
             return []
         try:
-            info = await jsapi.request(
-                conn.nc,
-                f"STREAM.INFO.{vs.read_stream(self.region)}",
-                timeout_s=_STREAM_INFO_TIMEOUT_S,
+            info = await handles.port.stream_info(
+                vs.read_stream(self.region), timeout_s=_STREAM_INFO_TIMEOUT_S
             )
         except (TimeoutError, NatsError):
             return []

@@ -149,22 +149,22 @@ class StreamDriver:
         self._metrics.position_read(self.vs.name)
         generation = self.machine.generation if self.machine is not None else 0
         return await self.subscriptions.read(
-            self._handles.conn.nc, self._handles.cursors(), generation
+            self._handles.port, self._handles.cursors(), generation
         )
 
     # ---- the loops ------------------------------------------------------------------------
 
     async def rebuild(self) -> None:
-        js, vs, region = self._handles.conn.js, self.vs, self._handles.region
+        port, vs, region = self._handles.port, self.vs, self._handles.region
         # Data first, from the stream's first message: markers replayed after it then find
         # the index as far as the stream went when they were read, or further.
         backlog = Backlog()
         if self._config.progress:
-            async for entry in replay_origins(js, vs, region):
+            async for entry in replay_origins(port, vs, region):
                 self._data_read(entry)
                 backlog.add(entry)
         markers: list[StoredMarker] = []
-        async for stored in replay_markers(js, vs.read_stream(region), vs.marker_filter()):
+        async for stored in replay_markers(port, vs.read_stream(region), vs.marker_filter()):
             markers.append(stored)
             self._tail_seq = stored.seq
         listing = await self.read_positions()
@@ -246,7 +246,7 @@ class StreamDriver:
     async def _tail_markers(self) -> None:
         vs, region = self.vs, self._handles.region
         tail = tail_markers(
-            self._handles.conn.js, vs.read_stream(region), vs.marker_filter(), self._tail_seq + 1
+            self._handles.port, vs.read_stream(region), vs.marker_filter(), self._tail_seq + 1
         )
         async with contextlib.aclosing(tail):
             async for stored in tail:
@@ -273,9 +273,7 @@ class StreamDriver:
         # lagging behind the stream is safe: `vector_at(M)` only names messages it holds at
         # or below M (whatever it lacks makes the vector smaller, never larger), and
         # `position_for` never goes past `indexed_through`, the last entry it was given.
-        tail = tail_origins(
-            self._handles.conn.js, self.vs, self._handles.region, self._data_seq + 1
-        )
+        tail = tail_origins(self._handles.port, self.vs, self._handles.region, self._data_seq + 1)
         async with contextlib.aclosing(tail):
             async for entry in tail:
                 if self._config.progress:

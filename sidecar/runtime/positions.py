@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from nats.aio.client import Client
-
 from sidecar.naming import VirtualStream
 from sidecar.nats import consumers
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import PositionsListing, SubscriptionInfo, SubscriptionKind
 from sidecar.runtime.clock import now_ms
 
@@ -42,14 +41,16 @@ class LocalSubscriptions:
         """Every local subscription, as last read (and cursors committed since)."""
         return {**{name: _EXTERNAL for name in self.cursors}, **self.durables}
 
-    async def read(self, nc: Client, store: CursorStore, generation: int) -> PositionsListing:
+    async def read(
+        self, port: JetStreamPort, store: CursorStore, generation: int
+    ) -> PositionsListing:
         """Read everything again: the subscriptions, and the mark-delete positions of the
         replicated ones. `generation` is the machine's when the read begins."""
-        read = await self._reader.read(nc)
+        read = await self._reader.read(port)
         self.cursors = await store.load(self._vs.name)
         # `read.last_seq` was read before the scan after the cursors, as it must be.
         cursors = await self._cursor_positions.read(
-            nc, {name: self._floor(value) for name, value in self.cursors.items()}, read.last_seq
+            port, {name: self._floor(value) for name, value in self.cursors.items()}, read.last_seq
         )
         # A durable listed without its state stays as last read, with no position: dropped,
         # the machine would take it for deleted and forget what it holds for it.
