@@ -22,7 +22,6 @@ from sidecar.api.errors import FailedPrecondition, InvalidArgument, NotFound, No
 from sidecar.nats import consumers
 from sidecar.nats.lease import LeaseState
 from sidecar.protocol import MachineSubscription, Output, PendingView, StreamMachine
-from sidecar.runtime.clock import now_ms
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 
@@ -157,7 +156,7 @@ class RuntimeBackend:
         self._require_connected()
         if not self.leadership(stream).leader:
             raise self._not_leader("TriggerSnapshot", stream)
-        now = now_ms()
+        now = self._handles.clock()
         seen: list[tuple[PendingView | None, bool]] = []
 
         def apply(machine: StreamMachine) -> list[Output]:
@@ -238,7 +237,7 @@ class RuntimeBackend:
         return _view(driver, sub)
 
     async def _stream_status(self, driver: StreamDriver) -> views.StreamStatusView:
-        vs, machine, now = driver.vs, driver.machine, now_ms()
+        vs, machine, now = driver.vs, driver.machine, self._handles.clock()
         last_completed = machine.last_completed_ms if machine is not None else None
         subscriptions = machine.subscriptions() if machine is not None else []
         leadership = self.leadership(vs.name)

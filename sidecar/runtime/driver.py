@@ -57,7 +57,6 @@ from sidecar.protocol import (
 )
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime.batches import Backlog, Batches
-from sidecar.runtime.clock import now_ms
 from sidecar.runtime.effects import Effects
 from sidecar.runtime.handles import RegionHandles
 from sidecar.runtime.observer import StreamObserver
@@ -90,8 +89,8 @@ class StreamDriver:
         metrics: SidecarMetrics,
     ) -> None:
         self.vs = vs
-        self.subscriptions = LocalSubscriptions(vs, handles.region)
-        self.observer = StreamObserver(vs.name, metrics)
+        self.subscriptions = LocalSubscriptions(vs, handles.region, handles.clock)
+        self.observer = StreamObserver(vs.name, metrics, handles.clock)
         self.machine: StreamMachine | None = None
         """None until `rebuild` is done; only `drive` calls its input methods after that."""
         self.changed = asyncio.Condition()
@@ -179,7 +178,7 @@ class StreamDriver:
             listing.subscriptions,
             listing.positions,
             listing.last_seq,
-            now_ms(),
+            self._handles.clock(),
             data=backlog.entries(),
         )
         for event in read:
@@ -244,7 +243,7 @@ class StreamDriver:
         await self._follow("marker", self._tail_markers, lambda: self._tail_seq)
 
     async def _tail_markers(self) -> None:
-        vs, region = self.vs, self._handles.region
+        vs, region, clock = self.vs, self._handles.region, self._handles.clock
         tail = tail_markers(
             self._handles.port, vs.read_stream(region), vs.marker_filter(), self._tail_seq + 1
         )
@@ -254,7 +253,7 @@ class StreamDriver:
                 # The data read so far goes first: an update is applied with the index as
                 # far as the data tail got (a lagging index only places it less far).
                 self._data.flush()
-                self.post(partial(StreamMachine.marker_read, stored=stored, now_ms=now_ms()))
+                self.post(partial(StreamMachine.marker_read, stored=stored, now_ms=clock()))
 
     async def index(self) -> None:
         """Follow the origins of the read stream's data messages live, from where the replay

@@ -1,5 +1,5 @@
 """This region's handles, shared by the stream drivers, the effects and the API backend: the
-port to JetStream, the connection's state, the cursor store and the shard leases."""
+port to JetStream, the connection's state, the cursor store, the shard leases and the clock."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from sidecar.nats.connection import NatsConnection
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.port import JetStreamPort
 from sidecar.nats.shards import ShardLeases
+from sidecar.runtime.clock import Clock, wall_clock_ms
 
 
 @dataclass
@@ -18,14 +19,15 @@ class RegionHandles:
     region's KV bucket (`None` before, and the leases again after `stop`). Shared by
     reference, so every reader sees the bring-up's result at once.
 
-    The runtime reaches JetStream only through `port` (a simulation gives its own); `conn`
-    is there for whether it is connected."""
+    The runtime reaches JetStream only through `port`, and reads the time only from `clock`
+    (a simulation gives its own of both); `conn` is there for whether it is connected."""
 
     region: str
     conn: NatsConnection
     port: JetStreamPort
     cursor_store: CursorStore | None = None
     leases: ShardLeases | None = None
+    clock: Clock = wall_clock_ms
 
     def cursors(self) -> CursorStore:
         """The cursor store; only used after the bring-up (drivers and writes start later)."""

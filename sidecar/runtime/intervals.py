@@ -13,7 +13,6 @@ from nats.errors import Error as NatsError
 from sidecar.nats import signals
 from sidecar.nats.cursors import cursor_commits
 from sidecar.nats.port import Listener
-from sidecar.runtime.clock import now_ms
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 
@@ -81,7 +80,7 @@ class IntervalLoop:
     def interval(self, count: int, phase: int) -> None:
         """Interval `count` of the streams in `phase`: one in `_PHASES` of the streams, so
         that their snapshots do not all start (and load both regions) at the same instant."""
-        now = now_ms()
+        now = self._handles.clock()
         for i in range(phase, len(self._drivers), _PHASES):
             self._drivers[i].interval(now, sweep=(i + count) % self._sweep == 0)
         log.debug("interval", phase=phase, reads_waiting=self._queue.qsize())

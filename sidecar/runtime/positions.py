@@ -11,7 +11,7 @@ from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
 from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import PositionsListing, SubscriptionInfo, SubscriptionKind
-from sidecar.runtime.clock import now_ms
+from sidecar.runtime.clock import Clock
 
 _EXTERNAL = SubscriptionInfo(SubscriptionKind.EXTERNAL, True, b"")
 
@@ -24,9 +24,10 @@ class LocalSubscriptions:
     cursor commit records the stored value at once (`cursor_stored`, `listing`).
     """
 
-    def __init__(self, vs: VirtualStream, region: str) -> None:
+    def __init__(self, vs: VirtualStream, region: str, clock: Clock) -> None:
         read_stream = vs.read_stream(region)
         self._vs = vs
+        self._clock = clock
         self._reader = consumers.PositionReader(read_stream)
         self._cursor_positions = EffectivePositions(read_stream)
         self._data = (vs.data_filter(),)  # what a cursor's reader delivers
@@ -62,7 +63,7 @@ class LocalSubscriptions:
             for c in read.consumers
         }
         self.last_seq = read.last_seq
-        self.read_ms = now_ms()
+        self.read_ms = self._clock()
         # A position follows the end when an external cursor has it (markers after it count
         # as consumed) or a replicated durable stands at `last_seq` (nothing pending, or only
         # what it does not deliver after its floor).

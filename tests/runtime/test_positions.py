@@ -18,6 +18,7 @@ from rsub_dev.cluster import ClusterFactory
 from sidecar.naming import VirtualStream
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.nats_port import NatsPort
+from sidecar.runtime.clock import wall_clock_ms
 from sidecar.runtime.positions import LocalSubscriptions
 
 pytestmark = pytest.mark.integration
@@ -47,7 +48,7 @@ async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_p
         for msg in await sub.fetch(5, timeout=5):
             await msg.ack_sync()
         await js.create_key_value(bucket="cursors", replicas=3)
-        subscriptions = LocalSubscriptions(VS, "west")
+        subscriptions = LocalSubscriptions(VS, "west", wall_clock_ms)
         store = CursorStore(await js.key_value("cursors"))
         assert (await subscriptions.read(NatsPort(nc), store, 0)).positions == {"app0": 5}
         known = subscriptions.durables["app0"]
