@@ -3,8 +3,8 @@
 On a local three-region NATS super-cluster (west, central, east) with one rsub sidecar per
 region, producers publish orders (`{"key": ..., "amount": ...}`) in every region before and
 during the run. The `orders_totals` pipeline runs in west on a local Spark (`local[2]`),
-reading `orders` with `startingOffsets=subscription` for the replicated subscription
-`billing`, committing its progress to west's sidecar, and appending to a Parquet table keyed
+reading `orders` with `startingOffsets=subscription` for the external cursor
+`orders-totals`, committing its progress to west's sidecar, and appending to a Parquet table keyed
 by (`origin_region`, `origin_sequence`).
 
 West's producer stops and the demo waits until east's read stream holds every order west
@@ -53,7 +53,7 @@ from spark_jobs import orders_totals, rsub_spark
 from spark_jobs.rsub_spark.listener import end_sequence
 
 STREAM = "orders"
-SUBSCRIPTION = "billing"
+SUBSCRIPTION = "orders-totals"
 LOST = "west"
 TAKEOVER = "east"
 REGIONS = (LOST, "central", TAKEOVER)
@@ -408,6 +408,7 @@ class Demo:
         await asyncio.gather(*(burst(p) for p in self.producers.values()))
         client = rsub_spark.SidecarClient(self.options(LOST)["sidecar"])
         try:
+            # Creates the cursor at 0, as `rsub create-cursor` does (docs/spark.md).
             await asyncio.to_thread(client.commit, STREAM, SUBSCRIPTION, 0)
         finally:
             client.close()

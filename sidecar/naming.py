@@ -33,6 +33,12 @@ def check_token(field: str, value: object) -> str:
     return value
 
 
+def data_filter_of(name: str) -> str:
+    """Filter that selects every data message (and no marker) of the virtual stream `name` in
+    a read stream (for those that know only its name; `VirtualStream.data_filter`)."""
+    return f"{name}.>"
+
+
 @dataclass(frozen=True)
 class VirtualStream:
     """A virtual stream `name` spread over `regions` (one write and one read stream each)."""
@@ -109,7 +115,7 @@ class VirtualStream:
 
     def data_filter(self) -> str:
         """Filter that selects every data message (and no marker) in a read stream."""
-        return f"{self.name}.>"
+        return data_filter_of(self.name)
 
     def region_of_write_stream(self, stream: str) -> str | None:
         """The region whose write stream is named `stream`, or None."""

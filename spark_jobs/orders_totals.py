@@ -8,9 +8,14 @@ read-stream sequence differs there, their origin does not). `totals()` computes 
 totals per key from the table. Messages whose data is not such JSON are kept with a null key
 and amount, and left out of the totals.
 
+    rsub create-cursor orders orders-totals --sidecar localhost:7070
     python -m spark_jobs.orders_totals --servers nats://localhost:4222 --region west \\
-        --sidecar localhost:7070 --subscription billing --table /data/orders \\
+        --sidecar localhost:7070 --subscription orders-totals --table /data/orders \\
         --checkpoint /data/orders-checkpoint
+
+The subscription is an external cursor of the job's own: options refused as the job sets up
+(a durable consumer named as the subscription, a malformed option) end it before any batch,
+with exit code 2.
 """
 
 from __future__ import annotations
@@ -161,9 +166,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             options[key] = value
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = SparkSession.builder.appName("orders_totals").getOrCreate()
-    query, listener = start(
-        spark, options, args.table, args.checkpoint, available_now=args.available_now
-    )
+    try:
+        query, listener = start(
+            spark, options, args.table, args.checkpoint, available_now=args.available_now
+        )
+    except (rsub_spark.RsubOptionError, rsub_spark.SidecarError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        spark.stop()
+        return 2
     query.awaitTermination()
     if listener is not None and not listener.wait_for_query(query, timeout_s=30):
         log.warning("orders_totals.last_commit_missing", subscription=args.subscription)

@@ -57,6 +57,19 @@ class SubscriptionView:
     """The progress vector this region sent last (empty when none)."""
     progress_sent_position: int
     """The mark-delete here that `progress_sent` was read at (0 when none)."""
+    receives_markers: bool
+    """A replicated durable whose filter lets the stream's markers through (its client
+    receives them; docs/topology.md): as of the last positions read. False for a cursor."""
+
+
+@dataclass(frozen=True)
+class CursorResetView:
+    """What `ResetCursor` did to an external cursor."""
+
+    stream: str
+    subscription: str
+    previous_sequence: int
+    sequence: int
 
 
 @dataclass(frozen=True)
@@ -150,8 +163,8 @@ class SidecarBackend(Protocol):
     Every replica of a region serves every method but one, whichever the load balancer picks:
     reads (`status`, `get_*`, `list_*`, `watch_subscription`) and the writes that are NATS
     writes any replica can make safely: `commit_cursor` (a compare-and-set that only moves
-    forward) and `set_replicated` (consumer metadata). The leader's machine takes those in at
-    its next positions read. `trigger_snapshot` needs the stream's leader (replicas share the
+    forward), `reset_cursor` (a compare-and-set) and `set_replicated` (consumer metadata).
+    The leader's machine takes those in at its next positions read. `trigger_snapshot` needs the stream's leader (replicas share the
     streams: each leads some) and raises `NotLeader` (naming it when known) elsewhere. An unknown stream or subscription raises
     `NotFound`; an operation impossible now (NATS down, leadership changing) `Unavailable`.
     """
@@ -186,8 +199,17 @@ class SidecarBackend(Protocol):
         """Move the external cursor forward to `sequence` (creating it when absent).
 
         Returns the cursor after the commit: never lower than before, so a stale or repeated
-        commit (including `sequence == 0`) returns the current cursor unchanged.
+        commit (including `sequence == 0`) returns the current cursor unchanged. Raises
+        `InvalidArgument` for a durable's name and for a sequence beyond the read stream's
+        last sequence + 1.
         """
+        ...
+
+    async def reset_cursor(self, stream: str, subscription: str, sequence: int) -> CursorResetView:
+        """Set an existing external cursor to `sequence`, backwards too: an operator's repair
+        of a cursor committed wrong (logged). Raises `NotFound` when no such cursor exists
+        here, `InvalidArgument` for a sequence beyond the read stream's last sequence + 1 (as
+        `commit_cursor` does)."""
         ...
 
     async def trigger_snapshot(self, stream: str) -> str:

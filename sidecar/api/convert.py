@@ -70,6 +70,7 @@ def subscription_to_proto(
         failover_exposure=_to_wire(view.failover_exposure, _NO_COUNT),
         progress_sent=dict(view.progress_sent),
         progress_sent_position=view.progress_sent_position,
+        receives_markers=view.receives_markers,
     )
 
 
@@ -98,6 +99,7 @@ def subscription_from_proto(msg: _SubscriptionMessage) -> SubscriptionView:
         failover_exposure=_from_wire(msg.failover_exposure, _NO_COUNT),
         progress_sent=dict(sorted(msg.progress_sent.items())),
         progress_sent_position=msg.progress_sent_position,
+        receives_markers=msg.receives_markers,
     )
 
 

@@ -1,7 +1,7 @@
 """Errors the API layer understands, raised by request validation and by the backend.
 
 Each error maps to exactly one gRPC status code (`grpc_server.status_of`); the runtime raises
-these and never imports grpc.
+these and never imports grpc. `ListenError` is the servers' own: one cannot listen.
 """
 
 from __future__ import annotations
@@ -42,3 +42,8 @@ class FailedPrecondition(ApiError):
 
 class Unavailable(ApiError):
     """The sidecar cannot serve the request right now, e.g. NATS is down (UNAVAILABLE)."""
+
+
+class ListenError(OSError):
+    """The gRPC or HTTP server cannot listen on its configured address (in use, not an
+    address of this host, a privileged port): the message names the address and setting."""

@@ -28,6 +28,7 @@ from sidecar.api.errors import (
     ApiError,
     FailedPrecondition,
     InvalidArgument,
+    ListenError,
     NotFound,
     NotLeader,
     Unavailable,
@@ -180,6 +181,15 @@ class _AdminService(api_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
             subscription=convert.subscription_to_proto(view, api_pb2.SubscriptionState)
         )
 
+    @_unary
+    async def ResetCursor(self, request: Any) -> Any:
+        stream = require_name("stream", request.stream)
+        subscription = require_name("subscription", request.subscription)
+        reset = await self._backend.reset_cursor(stream, subscription, request.sequence)
+        return api_pb2.ResetCursorResponse(
+            previous_sequence=reset.previous_sequence, sequence=reset.sequence
+        )
+
 
 class _BearerTokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, token: str) -> None:
@@ -318,7 +328,9 @@ async def start_grpc_server(
         else:
             port = server.add_secure_port(listen, credentials)
     except RuntimeError as error:
-        raise OSError(f"gRPC server cannot listen on {listen!r}: {error}") from error
+        raise ListenError(
+            f"gRPC server cannot listen on {listen!r} (grpc.listen): {error}"
+        ) from error
     ready = backend.readiness.ready
     await _set_health(health, ready)
     await server.start()

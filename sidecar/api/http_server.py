@@ -2,15 +2,26 @@
 
 /healthz answers from the event loop that runs the sidecar, so an answer at all proves the
 process is alive and its loop is not blocked; a blocked loop makes the probe time out.
+
+/metrics is collected, encoded and compressed (gzip or deflate, when the scraper accepts it:
+Prometheus asks for gzip) in a thread of its own, one scrape at a time: at thousands of
+streams an exposition takes a second of CPU, which on the loop would hold up every lease
+renewal, marker and /healthz for as long (bench/bench_metrics_scrape.py). prometheus_client's
+metrics are safe to read from another thread (each value and each family's children are
+behind a lock), as are the sidecar's own collectors (sidecar/api/metrics.py).
 """
 
 from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
 from sidecar.api.backend import SidecarBackend
+from sidecar.api.errors import ListenError
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import split_host_port
 
@@ -30,6 +41,10 @@ class HttpServerHandle:
 
 
 def build_app(backend: SidecarBackend, metrics: SidecarMetrics) -> web.Application:
+    """The endpoints; the app's cleanup stops the thread that encodes the scrapes (a scrape
+    under way finishes there, unanswered)."""
+    scrapes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsub-metrics")
+
     async def healthz(_request: web.Request) -> web.Response:
         return web.json_response({"status": "alive"})
 
@@ -45,9 +60,22 @@ def build_app(backend: SidecarBackend, metrics: SidecarMetrics) -> web.Applicati
     async def metrics_endpoint(request: web.Request) -> web.Response:
         # OpenMetrics when the scraper asks for it (Prometheus does), text format otherwise.
         encode, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return web.Response(body=encode(metrics.registry), headers={"Content-Type": content_type})
+        body = await asyncio.get_running_loop().run_in_executor(scrapes, encode, metrics.registry)
+        # Compressed in the same thread (zlib lets go of the GIL meanwhile), whatever its size.
+        response = web.Response(
+            body=body,
+            headers={"Content-Type": content_type},
+            zlib_executor=scrapes,
+            zlib_executor_size=0,
+        )
+        response.enable_compression()
+        return response
+
+    async def stop_scrapes(_app: web.Application) -> None:
+        scrapes.shutdown(wait=False, cancel_futures=True)
 
     app = web.Application()
+    app.on_cleanup.append(stop_scrapes)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
@@ -65,7 +93,9 @@ async def start_http_server(
         await web.TCPSite(runner, host, port).start()
     except OSError as error:
         await runner.cleanup()
-        raise OSError(f"HTTP server cannot listen on {listen!r}: {error}") from error
+        raise ListenError(
+            f"HTTP server cannot listen on {listen!r} (http.listen): {error}"
+        ) from error
     bound = runner.addresses[0][1]
     log.info("http_server_started", listen=listen, port=bound)
     return HttpServerHandle(runner, int(bound))

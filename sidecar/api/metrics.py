@@ -3,12 +3,17 @@
 The runtime calls the methods of `SidecarMetrics` as things happen; ages ("seconds since the
 last ...") are computed at scrape time from recorded instants, so they keep growing while
 nothing happens, which is exactly when they matter. docs/api.md lists every metric.
+
+A scrape collects the registry in another thread than the event loop that records
+(sidecar/api/http_server.py): prometheus_client's metrics lock their values and children,
+`_AgeCollector` its instants, and `track_readiness`'s function only reads flags.
 """
 
 from __future__ import annotations
 
 import contextlib
 import platform
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -42,19 +47,25 @@ class _AgeCollector(Collector):
         self._labels = labels
         self._clock = clock
         self._instants: dict[tuple[str, ...], float] = {}
+        # Held for a dict operation at most: touched on the loop, collected in a thread.
+        self._lock = threading.Lock()
 
     def touch(self, *label_values: str) -> None:
-        self._instants[label_values] = self._clock()
+        with self._lock:
+            self._instants[label_values] = self._clock()
 
     def forget(self, first_label: str) -> None:
         """Drop every series whose first label value is `first_label`."""
-        for labels in [k for k in self._instants if k[:1] == (first_label,)]:
-            del self._instants[labels]
+        with self._lock:
+            for labels in [k for k in self._instants if k[:1] == (first_label,)]:
+                del self._instants[labels]
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(self._name, self._documentation, labels=self._labels)
+        with self._lock:
+            instants = list(self._instants.items())
         now = self._clock()
-        for label_values, instant in sorted(self._instants.items()):
+        for label_values, instant in sorted(instants):
             family.add_metric(label_values, max(0.0, now - instant))
         yield family
 
@@ -142,6 +153,13 @@ class SidecarMetrics:
         self._origin_index_bytes = Gauge(
             "rsub_origin_index_bytes",
             "Memory held by the origin index of the stream's read stream (24 bytes per run).",
+            ["stream"],
+            registry=r,
+        )
+        self._durables_receiving_markers = Gauge(
+            "rsub_durables_receiving_markers",
+            "Replicated durables of the stream here whose filter lets its markers through, so "
+            "their clients receive them (filter them on the stream's data subjects).",
             ["stream"],
             registry=r,
         )
@@ -290,6 +308,9 @@ class SidecarMetrics:
     def set_origin_index_bytes(self, stream: str, size: int) -> None:
         self._origin_index_bytes.labels(stream).set(size)
 
+    def set_durables_receiving_markers(self, stream: str, durables: int) -> None:
+        self._durables_receiving_markers.labels(stream).set(durables)
+
     def data_unknown_origin(self, stream: str) -> None:
         self._data_unknown_origin.labels(stream).inc()
 
@@ -312,7 +333,12 @@ class SidecarMetrics:
         otherwise stay frozen (and its snapshot age grow) for a stream that no longer is.
         Its counters stay: they only ever count what happened."""
         self._streams_dropped.inc()
-        for gauge in (self._leader, self._epoch, self._origin_index_bytes):
+        for gauge in (
+            self._leader,
+            self._epoch,
+            self._origin_index_bytes,
+            self._durables_receiving_markers,
+        ):
             with contextlib.suppress(KeyError):
                 gauge.remove(stream)
         for subscription in {sub for st, sub, _ in self._replay_gap_series if st == stream}:
@@ -330,7 +356,8 @@ class SidecarMetrics:
             self._discovery_failures.inc()
 
     def track_readiness(self, ready: Callable[[], bool]) -> None:
-        """`rsub_ready` reads `ready()` at every scrape (readiness is computed, not an event)."""
+        """`rsub_ready` reads `ready()` at every scrape (readiness is computed, not an event),
+        in the scrape's thread: `ready` must only read (the runtime's flags)."""
         self._ready.set_function(lambda: float(ready()))
 
     def cursor_commit(self, stream: str, result: str) -> None:

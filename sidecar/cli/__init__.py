@@ -1,7 +1,7 @@
 """The `rsub` command: one argparse tree, each command group in a module of this package.
 
 - `remote`: commands against a running sidecar over gRPC (status, subscriptions, snapshots,
-  trigger-snapshot, set-replicated);
+  trigger-snapshot, set-replicated, create-cursor, reset-cursor);
 - `topology`: `rsub topology apply`, the streams of virtual streams;
 - `run`: `rsub run`, the sidecar itself.
 

@@ -1,8 +1,10 @@
 """Human commands that talk to a running sidecar over gRPC.
 
-Reads: `status`, `subscriptions`, `snapshots`. Admin writes (token when the sidecar has
-one): `trigger-snapshot` (the stream's leader only: a refusal elsewhere names it)
-and `set-replicated` (any replica). Nothing is retried: each command makes one call.
+Reads: `status`, `subscriptions`, `snapshots`. Writes (token when the sidecar has one):
+`create-cursor` (an external cursor at 0, for a Spark job: `CommitCursor` with sequence 0),
+and the admin writes `trigger-snapshot` (the stream's leader only: a refusal elsewhere
+names it), `set-replicated` and `reset-cursor` (any replica). Nothing is retried: each
+command makes one call.
 
 Tables for people, `--json` for scripts (keys are the view field names of
 `sidecar/api/backend.py`). Exit codes: 0 ok, 1 the sidecar answered with an error,
@@ -27,8 +29,9 @@ import grpc
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
-from sidecar.api.backend import SnapshotView, StatusView, SubscriptionView
+from sidecar.api.backend import CursorResetView, SnapshotView, StatusView, SubscriptionView
 from sidecar.api.client import TlsOptionNames, call_metadata, open_channel
+from sidecar.naming import data_filter_of
 
 DEFAULT_SIDECAR = "127.0.0.1:7070"
 EXIT_OK, EXIT_ERROR, EXIT_UNREACHABLE = 0, 1, 2
@@ -84,6 +87,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     set_replicated.add_argument("subscription")
     set_replicated.add_argument("replicated", type=_on_off, help="on or off (or true/false)")
     set_replicated.set_defaults(handler=_set_replicated)
+    create_cursor = subparsers.add_parser(
+        "create-cursor",
+        parents=[common],
+        help="create an external cursor at 0 (for a Spark job); an existing one is left as is",
+    )
+    create_cursor.add_argument("stream")
+    create_cursor.add_argument("subscription")
+    create_cursor.set_defaults(handler=_create_cursor)
+    reset_cursor = subparsers.add_parser(
+        "reset-cursor",
+        parents=[common],
+        help="set an external cursor to SEQUENCE, backwards too (repairs a wrong commit)",
+    )
+    reset_cursor.add_argument("stream")
+    reset_cursor.add_argument("subscription")
+    reset_cursor.add_argument("sequence", type=_sequence)
+    reset_cursor.set_defaults(handler=_reset_cursor)
 
 
 _SWITCH_WORDS = {"on": True, "true": True, "off": False, "false": False}
@@ -94,6 +114,16 @@ def _on_off(text: str) -> bool:
         return _SWITCH_WORDS[text.lower()]
     except KeyError:
         raise argparse.ArgumentTypeError(f"expected on, off, true or false, not {text!r}") from None
+
+
+def _sequence(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"expected a read-stream sequence (>= 0), not {text!r}")
+    return value
 
 
 # --- commands -----------------------------------------------------------------------------
@@ -158,6 +188,41 @@ def _set_replicated(args: argparse.Namespace) -> int:
         stream=args.stream, subscription=args.subscription, replicated=args.replicated
     )
     return _call(args, lambda ch: _admin(ch).SetReplicated, request, render)
+
+
+def _create_cursor(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        where = {"stream": args.stream, "subscription": args.subscription}
+        if args.json:
+            return _json({**where, "mark_delete": reply.mark_delete})
+        return (
+            f"external cursor {args.subscription!r} of stream {args.stream!r} at "
+            f"{reply.mark_delete}"
+        )
+
+    # Sequence 0 claims nothing consumed: it creates the cursor, or leaves one as it stands.
+    request = api_pb2.CommitCursorRequest(
+        stream=args.stream, subscription=args.subscription, sequence=0
+    )
+    return _call(args, lambda ch: _cursor(ch).CommitCursor, request, render)
+
+
+def _reset_cursor(args: argparse.Namespace) -> int:
+    def render(reply: Any) -> str:
+        view = CursorResetView(
+            args.stream, args.subscription, reply.previous_sequence, reply.sequence
+        )
+        if args.json:
+            return _json(dataclasses.asdict(view))
+        return (
+            f"external cursor {view.subscription!r} of stream {view.stream!r} reset from "
+            f"{view.previous_sequence} to {view.sequence}"
+        )
+
+    request = api_pb2.ResetCursorRequest(
+        stream=args.stream, subscription=args.subscription, sequence=args.sequence
+    )
+    return _call(args, lambda ch: _admin(ch).ResetCursor, request, render)
 
 
 # --- connection and errors ----------------------------------------------------------------
@@ -314,6 +379,18 @@ def _subscriptions_text(stream: str, views: Sequence[SubscriptionView]) -> str:
 
 
 def _subscriptions_table(views: Sequence[SubscriptionView]) -> str:
+    """The table, then a warning line per durable that receives the markers."""
+    warnings = [
+        f"warning: durable {v.subscription!r} receives the markers of stream {v.stream!r}: its "
+        f"filter lets them through; filter it on {data_filter_of(v.stream)!r} "
+        "(docs/topology.md)"
+        for v in views
+        if v.receives_markers
+    ]
+    return "\n".join([_table_of(views), *warnings])
+
+
+def _table_of(views: Sequence[SubscriptionView]) -> str:
     return table(
         (
             "SUBSCRIPTION",

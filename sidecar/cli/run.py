@@ -1,7 +1,8 @@
 """`rsub run --config FILE`: run the sidecar of one region until SIGTERM or SIGINT.
 
-Exit status: 0 after a signal, 2 for a bad configuration, 3 when NATS refuses the
-credentials or TLS settings at the first connection (the reason is printed on stderr).
+Exit status: 0 after a signal, 2 for a bad configuration or a listen address the gRPC or
+HTTP server cannot take (in use), 3 when NATS refuses the credentials or TLS settings at the
+first connection; the reason is printed on stderr, one line.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import structlog
 import uvloop
 
+from sidecar.api.errors import ListenError
 from sidecar.config import Config, ConfigError, load_config, unrelated_env
 from sidecar.logs import configure_logging
 from sidecar.nats.connection import NatsRefused
@@ -41,17 +43,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.set_defaults(handler=run_sidecar)
 
 
-async def serve(config: Config) -> NatsRefused | None:
+async def serve(config: Config) -> NatsRefused | ListenError | None:
     """Run a `Runtime` until SIGTERM/SIGINT, then stop it cleanly.
 
-    Returns early, with the error, when NATS refuses the credentials at the first connection.
+    Returns early, with the error, when a server cannot listen (what started is stopped) or
+    NATS refuses the credentials at the first connection.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runtime = Runtime(config)
-    await runtime.start()
+    try:
+        await runtime.start()
+    except ListenError as error:
+        await runtime.stop()
+        return error
     frozen = asyncio.create_task(_freeze_when_ready(runtime))
     waits = (asyncio.create_task(stop.wait()), asyncio.create_task(runtime.wait_failed()))
     try:
@@ -94,5 +101,5 @@ def run_sidecar(args: argparse.Namespace) -> int:
         failure = runner.run(serve(config))
     if failure is not None:
         print(f"rsub run: {failure}", file=sys.stderr)
-        return 3
+        return 2 if isinstance(failure, ListenError) else 3
     return 0

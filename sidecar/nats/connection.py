@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import ParseResult
 
-import nats
 import structlog
 from nats.aio.client import Client
 from nats.errors import AuthorizationError, NoServersError
@@ -148,45 +149,77 @@ def auth_method(config: NatsConfig) -> str:
     return method
 
 
+@dataclass
+class _Repeats:
+    """One error's schedule in `QuietRepeats`."""
+
+    next: float
+    gap: float = 1.0
+    held_back: int = 0
+
+
 class QuietRepeats:
     """Whether to log an error that may repeat: the first time, then after 1, 2, 4, ... s of
     the same error (at most every `max_gap_s`), with how many were held back in between.
+    Each error (`key`) keeps its own schedule, so errors that take turns (each server of a
+    region failing, in its own way or the same way) are each logged.
 
     nats-py reports every failed reconnect attempt (one per second per server while NATS is
     unreachable); an outage of an hour should cost a few dozen lines, not thousands.
     """
+
+    # Distinct errors remembered at most (the oldest forgotten first): a few per server.
+    _MAX_KEYS = 64
 
     def __init__(
         self, *, max_gap_s: float = 60.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._max_gap = max_gap_s
         self._clock = clock
-        self._key: str | None = None
-        self._next = 0.0
-        self._gap = 1.0
-        self.held_back = 0
+        self._repeats: dict[str, _Repeats] = {}
+        self._last: _Repeats | None = None
+
+    @property
+    def held_back(self) -> int:
+        """How many of the error last asked about were not logged since it last was."""
+        return self._last.held_back if self._last is not None else 0
 
     def due(self, key: str) -> bool:
         """True when this occurrence of `key` should be logged (`held_back` then tells how many
         were not since the last logged one)."""
         now = self._clock()
-        if key != self._key:
-            self._key, self._gap, self._next = key, 1.0, now + 1.0
+        repeats = self._last = self._repeats.get(key)
+        if repeats is None:
+            if len(self._repeats) >= self._MAX_KEYS:
+                del self._repeats[next(iter(self._repeats))]
+            self._repeats[key] = self._last = _Repeats(next=now + 1.0)
             return True
-        if now < self._next:
-            self.held_back += 1
+        if now < repeats.next:
+            repeats.held_back += 1
             return False
-        self._next = now + self._gap
-        self._gap = min(self._gap * 2, self._max_gap)
+        repeats.next = now + repeats.gap
+        repeats.gap = min(repeats.gap * 2, self._max_gap)
         return True
 
     def logged(self) -> None:
-        self.held_back = 0
+        if self._last is not None:
+            self._last.held_back = 0
 
     def reset(self) -> None:
         """The trouble is over: the next error is logged at once."""
-        self._key = None
-        self.held_back = 0
+        self._repeats.clear()
+        self._last = None
+
+
+def current_server(nc: Client) -> ParseResult | None:
+    """The server `nc` is connected to, else the one it tried last: the server an error it
+    reports is about. nats-py's errors name none (an authorization violation, a timeout), but
+    it stamps each server of its pool as it starts connecting to it (`Srv.last_attempt`,
+    nats-py 2.16), whether that is a first connection, a reconnection or its TLS upgrade."""
+    if nc.connected_url is not None:
+        return nc.connected_url
+    tried = [(srv.last_attempt, srv.uri) for srv in nc._server_pool if srv.last_attempt]
+    return max(tried, key=lambda attempt: attempt[0])[1] if tried else None
 
 
 class NatsConnection:
@@ -203,7 +236,7 @@ class NatsConnection:
         self._nc: Client | None = None
         self._js: tuple[Client, JetStreamContext] | None = None
         self._closing = False
-        self._attempt: asyncio.Task[Client] | None = None
+        self._attempt: asyncio.Task[None] | None = None
         self._reopen: asyncio.Task[None] | None = None
         self._refused: str | None = None
         self._errors = QuietRepeats()
@@ -238,10 +271,11 @@ class NatsConnection:
         self._refused = None
         while not self._closing:
             # nats-py retries a refused first connect by itself; a task lets close() stop it.
+            client = Client()
             self._attempt = asyncio.create_task(
-                nats.connect(
+                client.connect(
                     name=self._name,
-                    error_cb=self._on_error,
+                    error_cb=functools.partial(self._on_error, client),
                     disconnected_cb=self._on_disconnected,
                     reconnected_cb=self._on_reconnected,
                     closed_cb=self._on_closed,
@@ -249,7 +283,8 @@ class NatsConnection:
                 )
             )
             try:
-                self._nc = await self._attempt
+                await self._attempt
+                self._nc = client
             except asyncio.CancelledError:
                 if self._closing:
                     return
@@ -289,9 +324,13 @@ class NatsConnection:
             if self._on_change is not None:
                 self._on_change(connected)
 
-    async def _on_error(self, err: Exception) -> None:
-        if self._errors.due(repr(err)):
-            log.warning("nats_error", error=repr(err), held_back=self._errors.held_back)
+    async def _on_error(self, client: Client, err: Exception) -> None:
+        # The server as `scheme://host:port`: a URL's user info may hold a password.
+        server = server_address(current_server(client))
+        if self._errors.due(f"{server} {err!r}"):
+            log.warning(
+                "nats_error", error=repr(err), server=server, held_back=self._errors.held_back
+            )
             self._errors.logged()
         reason = refusal(err)
         attempt = self._attempt

@@ -11,7 +11,9 @@
   consumers with a deliver policy other than `all` / `by_start_sequence` are skipped and
   logged once.
   A durable listed without its state (`has_state`), or named `missing` in the listing, is
-  returned as unknown, with no position.
+  returned as unknown, with no position. The replicated durables whose filter lets the
+  stream's markers through (`lets_through`: no filter, or one like `>` that overlaps the
+  marker filter) are named in `receiving_markers`: their clients receive the markers.
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
   the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+), holding the consumer
   paused (`CONSUMER.PAUSE`) between its last check and the reset; never when only messages
@@ -24,7 +26,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -76,6 +78,9 @@ class Positions:
     skipped: tuple[SkippedConsumer, ...]
     # Consumers the listing named without their state: their position is not known now.
     unknown: frozenset[str] = frozenset()
+    # Replicated durables whose filter lets the markers through, with their filter subjects
+    # (empty: none, every message).
+    receiving_markers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 async def stream_last_seq(
@@ -102,6 +107,23 @@ def has_state(info: Mapping[str, Any]) -> bool:
     """
     cluster = info.get("cluster")
     return cluster is None or bool(cluster.get("leader"))
+
+
+def lets_through(filters: tuple[str, ...], subject_filter: str) -> bool:
+    """Whether a reader delivering `filters` (empty: every message) delivers a message that
+    `subject_filter` matches: whether some subject matches both, wildcards included."""
+    return not filters or any(_overlap(f, subject_filter) for f in filters)
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether some subject matches both filters (`*` one token, `>` one or more at the end)."""
+    left, right = a.split("."), b.split(".")
+    for x, y in zip(left, right, strict=False):
+        if ">" in (x, y):
+            return True
+        if x != y and "*" not in (x, y):
+            return False
+    return len(left) == len(right)
 
 
 def _name(info: Mapping[str, Any]) -> str:
@@ -134,8 +156,12 @@ def position_of(info: Mapping[str, Any], last_seq: int) -> ConsumerPosition:
 class PositionReader:
     """Reads the positions of one read stream's replicated subscriptions, again and again."""
 
-    def __init__(self, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, stream: str, *, marker_filter: str, timeout_s: float = _DEFAULT_TIMEOUT_S
+    ) -> None:
+        """`marker_filter`: the subjects of the stream's markers (`VirtualStream.marker_filter`)."""
         self._stream = stream
+        self._marker_filter = marker_filter
         self._timeout = timeout_s
         self._reported: set[SkippedConsumer] = set()
         self._effective = EffectivePositions(stream, timeout_s=timeout_s)
@@ -184,8 +210,13 @@ class PositionReader:
         consumers = [
             replace(c, mark_delete=effective.get(c.name, c.mark_delete)) for c in consumers
         ]
+        receiving = {
+            c.name: filters
+            for c in consumers
+            if c.replicated and lets_through(filters := filters_of(c.config), self._marker_filter)
+        }
         return Positions(
-            self._stream, last_seq, tuple(consumers), tuple(skipped), frozenset(unknown)
+            self._stream, last_seq, tuple(consumers), tuple(skipped), frozenset(unknown), receiving
         )
 
     async def _list(self, port: JetStreamPort) -> tuple[list[dict[str, Any]], list[str]]:

@@ -4,8 +4,10 @@ All cursors of one virtual stream live in ONE key `cursors.<stream>` of the regi
 bucket (the lease's bucket, placed in the region), as JSON `{subscription: sequence}`. So
 they survive sidecar restarts, one `get` reads them all (cheap enough for every interval,
 and it works while the region is cut off), and a move is one compare-and-set. Moves are
-forward only; concurrent writers retry on the revision. `cursor_commits()` follows the
-writes of every replica (the signal to read a stream's cursors again).
+forward only; concurrent writers retry on the revision. The one exception is `reset`, an
+operator's repair of a cursor committed wrong (`AdminService.ResetCursor`): it sets an
+existing cursor to any value, backwards too. `cursor_commits()` follows the writes of every
+replica (the signal to read a stream's cursors again).
 
 A stored cursor is a floor whose reader delivers the data messages (`vs.data_filter()`): its
 mark-delete position handed to the protocol is its effective position
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 
 import structlog
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
@@ -46,17 +48,40 @@ class CursorStore:
 
     async def advance(self, stream: str, subscription: str, sequence: int) -> int:
         """Move `subscription`'s cursor forward to `sequence` (creating it); return the result."""
+        before, _ = await self._set_if(
+            stream, subscription, sequence, lambda current: current is None or current < sequence
+        )
+        return max(before or 0, sequence)
+
+    async def reset(self, stream: str, subscription: str, sequence: int) -> int | None:
+        """Set `subscription`'s existing cursor to `sequence`, backwards too; return its value
+        before (None, changing nothing, when it does not exist)."""
+        before, _ = await self._set_if(
+            stream, subscription, sequence, lambda current: current is not None
+        )
+        return before
+
+    async def _set_if(
+        self,
+        stream: str,
+        subscription: str,
+        sequence: int,
+        condition: Callable[[int | None], bool],
+    ) -> tuple[int | None, bool]:
+        """Set the cursor to `sequence` if `condition(its value now)` (None: absent), with
+        compare-and-set, reading again after a conflicting write; (its value before, whether
+        it was written)."""
         for _ in range(_CAS_ATTEMPTS):
             cursors, revision = await self._read(stream)
-            current = cursors.get(subscription)
-            if current is not None and current >= sequence:
-                return current
+            before = cursors.get(subscription)
+            if not condition(before):
+                return before, False
             cursors[subscription] = sequence
             try:
                 await self._write(stream, cursors, revision)
             except KeyWrongLastSequenceError:
                 continue  # another writer was faster: read again
-            return sequence
+            return before, True
         raise RuntimeError(
             f"cursor {stream}/{subscription}: gave up after {_CAS_ATTEMPTS} conflicting writes"
         )

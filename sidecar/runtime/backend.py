@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from functools import partial
 
+import structlog
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
@@ -24,6 +25,8 @@ from sidecar.nats.lease import LeaseState
 from sidecar.protocol import MachineSubscription, Output, PendingView, StreamMachine
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
+
+log = structlog.get_logger(__name__)
 
 # A source link counts as active when the server heard from it this recently.
 _SOURCE_ACTIVE_NS = 10 * 1_000_000_000
@@ -139,8 +142,11 @@ class RuntimeBackend:
         self._require_connected()
         if driver.subscriptions.durables.get(subscription) is not None:
             raise InvalidArgument(
-                "subscription", f"{subscription!r} is a durable consumer, not an external cursor"
+                "subscription",
+                f"{subscription!r} is a durable consumer, not an external cursor: commit to a "
+                f"cursor of its own (create one with `rsub create-cursor {stream} NAME`)",
             )
+        await self._check_cursor_value(driver, sequence)
         try:
             value = await self._handles.cursors().advance(stream, subscription, sequence)
         except (TimeoutError, NatsError) as err:
@@ -149,6 +155,43 @@ class RuntimeBackend:
         listing = driver.subscriptions.listing({subscription: position})
         await driver.submit(partial(StreamMachine.positions_listed, listing=listing))
         return value
+
+    async def reset_cursor(
+        self, stream: str, subscription: str, sequence: int
+    ) -> views.CursorResetView:
+        """Any replica: set an existing external cursor to `sequence`, backwards too (an
+        operator's repair of a cursor committed wrong); logged. As for `set_replicated`, the
+        positions are read again and taken in before the answer."""
+        driver, _ = self._driver(stream)
+        self._require_connected()
+        await self._check_cursor_value(driver, sequence)
+        try:
+            previous = await self._handles.cursors().reset(stream, subscription, sequence)
+        except (TimeoutError, NatsError) as err:
+            raise Unavailable(f"cannot reset the cursor: {err!r}") from err
+        if previous is None:
+            durable = driver.subscriptions.durables.get(subscription) is not None
+            raise NotFound(
+                f"stream {stream!r} has no external cursor {subscription!r} here"
+                + (" (it is a durable consumer: its position is its consumer's)" if durable else "")
+            )
+        log.warning(
+            "cursor_reset",
+            stream=stream,
+            subscription=subscription,
+            previous=previous,
+            sequence=sequence,
+            replica=self.holder,
+        )
+        try:
+            listing = await driver.read_positions()
+        except (TimeoutError, NatsError) as err:
+            raise Unavailable(
+                f"the cursor was reset from {previous} to {sequence}, but reading the positions "
+                f"back failed: {err!r}"
+            ) from err
+        await driver.submit(partial(StreamMachine.positions_listed, listing=listing))
+        return views.CursorResetView(stream, subscription, previous, sequence)
 
     async def trigger_snapshot(self, stream: str) -> str:
         """Start a snapshot now; the pending attempt's id when one is already under way."""
@@ -212,6 +255,27 @@ class RuntimeBackend:
         if driver.machine is None:
             raise Unavailable(f"stream {stream!r} is still being rebuilt")
         return driver, driver.machine
+
+    async def _check_cursor_value(self, driver: StreamDriver, sequence: int) -> None:
+        """Refuse a cursor beyond the read stream's last sequence + 1 (`InvalidArgument`
+        naming the limit): it would claim messages not written yet as consumed, and commits
+        only move a cursor forward. The last sequence of the last positions read is a lower
+        bound (a stream only grows at its end), so the server is asked only beyond it."""
+        if sequence <= driver.subscriptions.last_seq + 1:
+            return
+        read_stream = driver.vs.read_stream(self.region)
+        try:
+            last_seq = await consumers.stream_last_seq(
+                self._handles.port, read_stream, timeout_s=_STREAM_INFO_TIMEOUT_S
+            )
+        except (TimeoutError, NatsError) as err:
+            raise Unavailable(f"cannot read where {read_stream!r} ends: {err!r}") from err
+        if sequence > last_seq + 1:
+            raise InvalidArgument(
+                "sequence",
+                f"{sequence} is beyond read stream {read_stream!r}: at most {last_seq + 1} (its "
+                f"last sequence, {last_seq}, + 1)",
+            )
 
     def _require_connected(self) -> None:
         if not self._handles.conn.connected:
@@ -306,4 +370,5 @@ def _view(driver: StreamDriver, sub: MachineSubscription) -> views.SubscriptionV
         failover_exposure=sub.exposure,
         progress_sent=dict(sent.progress) if sent is not None else {},
         progress_sent_position=sent.progress_position if sent is not None else 0,
+        receives_markers=sub.name in driver.subscriptions.receiving_markers,
     )

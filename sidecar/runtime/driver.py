@@ -147,9 +147,11 @@ class StreamDriver:
         """Durables and external cursors read again (see `LocalSubscriptions.read`)."""
         self._metrics.position_read(self.vs.name)
         generation = self.machine.generation if self.machine is not None else 0
-        return await self.subscriptions.read(
+        listing = await self.subscriptions.read(
             self._handles.port, self._handles.cursors(), generation
         )
+        self.observer.durables_receiving_markers(self.subscriptions.receiving_markers)
+        return listing
 
     # ---- the loops ------------------------------------------------------------------------
 

@@ -10,11 +10,13 @@ junk cannot flood the log; the counters count every occurrence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, assert_never
 
 import structlog
 
 from sidecar.api.metrics import SidecarMetrics
+from sidecar.naming import data_filter_of
 from sidecar.protocol import (
     Event,
     IgnoreReason,
@@ -53,6 +55,7 @@ class StreamObserver:
         self._gaps: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._exposures: dict[str, int] = {}
         self._last_marker_ms: dict[str, int] = {}
+        self._receiving_markers: frozenset[str] | None = None  # None: no positions read yet
 
     def unknown_origin(self, read_seq: int) -> None:
         """A data message read (replayed or tailed) without a usable origin: counted, and
@@ -66,6 +69,24 @@ class StreamObserver:
                 seq=read_seq,
                 detail="no Nats-Stream-Source header naming a write stream of a known region",
             )
+
+    def durables_receiving_markers(self, filters: Mapping[str, tuple[str, ...]]) -> None:
+        """The replicated durables whose filter lets the markers through, with their filter
+        subjects, as a positions read found them: the gauge, and a warning for each the first
+        time it is found so (again if it was fixed since)."""
+        names = frozenset(filters)
+        for name in sorted(names - (self._receiving_markers or frozenset())):
+            log.warning(
+                "durable_receives_markers",
+                stream=self._name,
+                subscription=name,
+                filters=list(filters[name]),
+                detail="its filter lets the stream's markers through, so its client receives "
+                f"them: filter it on {data_filter_of(self._name)!r} (docs/topology.md)",
+            )
+        if names != self._receiving_markers:
+            self._metrics.set_durables_receiving_markers(self._name, len(names))
+            self._receiving_markers = names
 
     def last_marker_age_ms(self, origin: str, now: int) -> int | None:
         """How long ago a marker written by `origin` was last read here (None: never)."""

@@ -28,11 +28,12 @@ class LocalSubscriptions:
         read_stream = vs.read_stream(region)
         self._vs = vs
         self._clock = clock
-        self._reader = consumers.PositionReader(read_stream)
+        self._reader = consumers.PositionReader(read_stream, marker_filter=vs.marker_filter())
         self._cursor_positions = EffectivePositions(read_stream)
         self._data = (vs.data_filter(),)  # what a cursor's reader delivers
         self.durables: dict[str, SubscriptionInfo] = {}
         self.cursors: dict[str, int] = {}
+        self.receiving_markers: Mapping[str, tuple[str, ...]] = {}  # `Positions`'s, as last read
         self.last_seq = 0
         """The read stream's last sequence, as read with the durables."""
         self.read_ms: int | None = None
@@ -63,6 +64,7 @@ class LocalSubscriptions:
             for c in read.consumers
         }
         self.last_seq = read.last_seq
+        self.receiving_markers = read.receiving_markers
         self.read_ms = self._clock()
         # A position follows the end when an external cursor has it (markers after it count
         # as consumed) or a replicated durable stands at `last_seq` (nothing pending, or only

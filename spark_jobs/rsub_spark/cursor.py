@@ -1,5 +1,10 @@
 """The sidecar's cursor API as seen from Spark: where a subscription stands, and commits.
 
+A query's progress goes to an external cursor (`rsub create-cursor`, or its first commit,
+creates it), never to a durable consumer: a subscription the sidecar knows as a durable is
+refused when the query starts (`check_cursor`, and `subscription` for a start from it),
+before any batch runs, with what to do instead.
+
 A commit is retried only while the failure may pass (`RETRYABLE`: the sidecar unreachable
 or restarting, NATS down, the call too slow); any other answer is final. A commit that does
 not take effect is never reported as one: it raises `CursorCommitError`, is logged as
@@ -16,6 +21,7 @@ import structlog
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.client import TlsOptionNames, call_metadata, open_channel
+from sidecar.protocol import SubscriptionKind
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions
 
 log = structlog.get_logger(__name__)
@@ -102,7 +108,8 @@ class SidecarClient:
         if code == grpc.StatusCode.NOT_FOUND:
             return SidecarError(
                 f"sidecar {self.address}: subscription {subscription!r} of stream {stream!r} "
-                f"not found ({detail}); start once with startingOffsets=earliest or latest",
+                f"not found ({detail}); create its cursor with `{self._create_cursor(stream)}` "
+                "or start once with startingOffsets=earliest or latest",
                 code,
             )
         if code in RETRYABLE:
@@ -115,17 +122,61 @@ class SidecarClient:
             code,
         )
 
-    def subscription(self, stream: str, subscription: str) -> tuple[int, dict[str, int]]:
-        """The subscription's mark-delete position (every sequence <= it is consumed) and its
-        progress vector (origin region -> highest origin sequence consumed somewhere)."""
+    def _create_cursor(self, stream: str, name: str = "NAME") -> str:
+        """The command that creates an external cursor of `stream` on this sidecar."""
+        return f"rsub create-cursor {stream} {name} --sidecar {self.address}"
+
+    def _state(self, stream: str, subscription: str) -> api_pb2.GetSubscriptionResponse:
         request = api_pb2.GetSubscriptionRequest(stream=stream, subscription=subscription)
         try:
-            state = self._stub.GetSubscription(
+            state: api_pb2.GetSubscriptionResponse = self._stub.GetSubscription(
                 request, timeout=self._timeout_s, metadata=self._metadata
             )
         except grpc.RpcError as error:
             raise self._fail("GetSubscription", stream, subscription, error) from None
+        return state
+
+    def _require_cursor(self, state: api_pb2.GetSubscriptionResponse) -> None:
+        """Refuse a subscription the sidecar knows as a durable consumer."""
+        if state.kind == SubscriptionKind.DURABLE.value:
+            raise RsubOptionError(
+                f"option subscription: {state.subscription!r} is a durable consumer of stream "
+                f"{state.stream!r} (sidecar {self.address}), not an external cursor: a Spark "
+                "query commits its progress to an external cursor of its own. Create one once "
+                f"with `{self._create_cursor(state.stream)}` (add --token when the sidecar has "
+                "one; CursorService.CommitCursor with sequence 0 does the same) and name it in "
+                "option subscription (docs/spark.md)"
+            )
+
+    def subscription(self, stream: str, subscription: str) -> tuple[int, dict[str, int]]:
+        """The subscription's mark-delete position (every sequence <= it is consumed) and its
+        progress vector (origin region -> highest origin sequence consumed somewhere).
+        Raises `RsubOptionError` for a durable consumer (a query commits to a cursor)."""
+        state = self._state(stream, subscription)
+        self._require_cursor(state)
         return int(state.mark_delete), dict(state.progress)
+
+    def check_cursor(self, stream: str, subscription: str) -> None:
+        """Raise `RsubOptionError` when the sidecar knows `subscription` as a durable consumer:
+        every commit to it would fail, from the first batch on. An absent one is fine (the
+        first commit creates the cursor); when the sidecar cannot answer now, the check is
+        logged as skipped (`rsub.cursor_check_skipped`) and commits report what they meet."""
+        try:
+            state = self._state(stream, subscription)
+        except SidecarError as error:
+            if error.code == grpc.StatusCode.NOT_FOUND:
+                return
+            if error.code in RETRYABLE:
+                log.warning(
+                    "rsub.cursor_check_skipped",
+                    sidecar=self.address,
+                    stream=stream,
+                    subscription=subscription,
+                    error=str(error),
+                )
+                return
+            raise
+        self._require_cursor(state)
 
     def commit(self, stream: str, subscription: str, sequence: int) -> int:
         """Moves the subscription's cursor to `sequence`; returns the cursor after the commit."""

@@ -54,6 +54,11 @@ class CursorCommitListener(StreamingQueryListener):
         self._subscription = opts.subscription
         self._query_name = query_name
         self._client = SidecarClient.for_options(opts)
+        try:
+            self._client.check_cursor(opts.stream, opts.subscription)
+        except Exception:
+            self._client.close()
+            raise
         self._committed = 0
         self._failure: CursorCommitError | None = None
         self._changed = threading.Condition()
@@ -149,6 +154,8 @@ def attach_cursor_commits(
 
     `options` are the ones given to `spark.readStream.format("rsub")` (they must name the
     sidecar and the subscription). With `query_name`, only that query's progress counts.
+    Raises `RsubOptionError` at once when the subscription is a durable consumer (commits go
+    to an external cursor: `SidecarClient.check_cursor`).
     """
     listener = CursorCommitListener(parse_options(options), query_name)
     spark.streams.addListener(listener)

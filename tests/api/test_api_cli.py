@@ -7,6 +7,7 @@ server keeps serving on the test's event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.cli import main
 from sidecar.cli.remote import table
 from sidecar.config import GrpcTlsConfig
+from sidecar.protocol import SubscriptionKind
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 
 
@@ -368,3 +370,80 @@ def test_version_is_printed_by_the_installed_command() -> None:
         check=True,
     )
     assert done.stdout.strip() == f"rsub {sidecar.__version__}"
+
+
+async def test_create_cursor_commits_zero_and_prints_the_cursor(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    code, out, err = await rsub(
+        capsys, "create-cursor", STREAM, "orders-totals", "--sidecar", target
+    )
+    assert (code, err) == (0, "")
+    assert out == "external cursor 'orders-totals' of stream 'orders' at 0\n"
+    created = backend.subscriptions[STREAM]["orders-totals"]
+    assert (created.kind, created.mark_delete) == (SubscriptionKind.EXTERNAL, 0)
+    # Again on a cursor that moved on: left as it stands.
+    backend.subscriptions[STREAM]["orders-totals"] = dataclasses.replace(created, mark_delete=9)
+    code, out, _ = await rsub(
+        capsys, "create-cursor", STREAM, "orders-totals", "--sidecar", target, "--json"
+    )
+    assert code == 0
+    assert json.loads(out) == {"stream": STREAM, "subscription": "orders-totals", "mark_delete": 9}
+
+
+async def test_reset_cursor_sets_a_cursor_backwards_and_refuses_a_durable(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    backend.make_cursor(SUBSCRIPTION)
+    code, out, err = await rsub(
+        capsys, "reset-cursor", STREAM, SUBSCRIPTION, "7", "--sidecar", target
+    )
+    assert (code, err) == (0, "")
+    assert out == "external cursor 'billing' of stream 'orders' reset from 41 to 7\n"
+    assert backend.subscriptions[STREAM][SUBSCRIPTION].mark_delete == 7
+    code, out, _ = await rsub(
+        capsys, "reset-cursor", STREAM, SUBSCRIPTION, "0", "--sidecar", target, "--json"
+    )
+    assert code == 0
+    assert json.loads(out) == {
+        "stream": STREAM,
+        "subscription": SUBSCRIPTION,
+        "previous_sequence": 7,
+        "sequence": 0,
+    }
+    code, out, err = await rsub(capsys, "reset-cursor", STREAM, "audit", "3", "--sidecar", target)
+    assert (code, out) == (1, "")
+    assert err.startswith("error: NOT_FOUND: ") and "no external cursor 'audit'" in err
+    assert backend.subscriptions[STREAM]["audit"].mark_delete == 3
+
+
+@pytest.mark.parametrize("sequence", ["-1", "x", str(2**64)])
+async def test_reset_cursor_takes_only_a_sequence(
+    capsys: pytest.CaptureFixture[str], sequence: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        await rsub(capsys, "reset-cursor", STREAM, SUBSCRIPTION, sequence)
+    assert exit_info.value.code == 2
+    assert "expected a read-stream sequence (>= 0)" in capsys.readouterr().err
+
+
+async def test_subscriptions_warn_of_a_durable_receiving_markers(
+    grpc_server: GrpcServerHandle, capsys: pytest.CaptureFixture[str], backend: MemoryBackend
+) -> None:
+    target = f"127.0.0.1:{grpc_server.port}"
+    audit = backend.subscriptions[STREAM]["audit"]
+    backend.subscriptions[STREAM]["audit"] = dataclasses.replace(audit, receives_markers=True)
+    code, out, err = await rsub(capsys, "subscriptions", STREAM, "--sidecar", target)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert len(lines) == 4  # header, two rows, one warning
+    assert lines[3] == (
+        "warning: durable 'audit' receives the markers of stream 'orders': its filter lets "
+        "them through; filter it on 'orders.>' (docs/topology.md)"
+    )
+    code, out, _ = await rsub(capsys, "subscriptions", STREAM, "--sidecar", target, "--json")
+    assert code == 0
+    flags = {s["subscription"]: s["receives_markers"] for s in json.loads(out)["subscriptions"]}
+    assert flags == {"audit": True, "billing": False}

@@ -52,6 +52,7 @@ def spark_client(server: GrpcServerHandle, certs: Certs, **extra: str) -> Sideca
 async def test_commits_a_cursor_over_mutual_tls_with_the_token(
     mutual_tls_server: GrpcServerHandle, backend: MemoryBackend, certs: Certs
 ) -> None:
+    backend.make_cursor(SUBSCRIPTION)
     client = spark_client(mutual_tls_server, certs)
     try:
         assert await asyncio.to_thread(client.commit, STREAM, SUBSCRIPTION, 60) == 60

@@ -358,6 +358,22 @@ async def test_reflection_lists_services(channel: grpc.aio.Channel) -> None:
     } <= names
 
 
+async def test_reflection_v1_is_not_served(channel: grpc.aio.Channel) -> None:
+    """docs/api.md: grpcio-reflection serves `v1alpha` only. The `v1` messages are the same
+    on the wire; a client asking for `v1` gets UNIMPLEMENTED (and should fall back). When a
+    grpcio-reflection release serves `v1`, this fails: serve it and update docs/api.md."""
+    info = channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    call = info()
+    await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await asyncio.wait_for(call.read(), 10)
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
 def test_status_code_mapping() -> None:
     assert status_of(InvalidArgument("stream", "bad")) == Code.INVALID_ARGUMENT
     assert status_of(NotFound("x")) == Code.NOT_FOUND
@@ -395,11 +411,16 @@ async def test_token_guards_admin_and_commit(
 ) -> None:
     cursor = api_pb2_grpc.CursorServiceStub(token_channel)
     admin = api_pb2_grpc.AdminServiceStub(token_channel)
+    backend.make_cursor("audit")  # at 3
     calls = [
         admin.Status(api_pb2.StatusRequest(), metadata=metadata),
         admin.TriggerSnapshot(api_pb2.TriggerSnapshotRequest(stream=STREAM), metadata=metadata),
         cursor.CommitCursor(
             api_pb2.CommitCursorRequest(stream=STREAM, subscription=SUBSCRIPTION, sequence=99),
+            metadata=metadata,
+        ),
+        admin.ResetCursor(
+            api_pb2.ResetCursorRequest(stream=STREAM, subscription="audit", sequence=1),
             metadata=metadata,
         ),
     ]
@@ -410,6 +431,7 @@ async def test_token_guards_admin_and_commit(
             await expect_status(call, code)
     expected = 99 if code == Code.OK else 41
     assert backend.subscriptions[STREAM][SUBSCRIPTION].mark_delete == expected
+    assert backend.subscriptions[STREAM]["audit"].mark_delete == (1 if code == Code.OK else 3)
 
 
 async def test_token_leaves_reads_open(token_channel: grpc.aio.Channel) -> None:

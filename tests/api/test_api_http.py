@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import re
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 from prometheus_client import generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 import sidecar
 from sidecar.api.backend import Readiness
@@ -126,6 +131,61 @@ async def test_metrics_speak_openmetrics_to_a_scraper_that_asks(
         text = await response.text()
     assert text.endswith("# EOF\n")
     assert 'rsub_snapshots_started_total{stream="orders"} 1.0' in text
+
+
+class WaitingCollector(Collector):
+    """A collector whose collection waits (5 s at most) until told to go on, and notes
+    whether it was told: a collection holding the event loop waits in vain, since the loop
+    cannot answer the /healthz after which the test tells it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.go_on = threading.Event()
+        self.told: list[bool] = []
+
+    def collect(self) -> Iterator[Metric]:
+        self.entered.set()
+        self.told.append(self.go_on.wait(5))
+        yield GaugeMetricFamily("test_waited", "A collection that waited.", value=1)
+
+
+async def test_a_scrape_leaves_the_event_loop_free(
+    http: tuple[HttpServerHandle, aiohttp.ClientSession], metrics: SidecarMetrics
+) -> None:
+    _, session = http
+    collector = WaitingCollector()
+    metrics.registry.register(collector)
+
+    async def scrape() -> str:
+        async with session.get("/metrics") as response:
+            return await response.text()
+
+    scraping = asyncio.create_task(scrape())
+    assert await asyncio.to_thread(collector.entered.wait, 5)
+    # Answered while the scrape is being collected.
+    async with session.get("/healthz") as response:
+        assert response.status == 200
+    collector.go_on.set()
+    assert "test_waited 1.0" in await scraping
+    assert collector.told == [True]
+
+
+async def test_metrics_are_compressed_for_a_scraper_that_accepts_it(
+    http: tuple[HttpServerHandle, aiohttp.ClientSession], metrics: SidecarMetrics
+) -> None:
+    handle, _ = http
+    metrics.snapshot_started("orders")
+    line = b'rsub_snapshots_started_total{stream="orders"} 1.0'
+    url = f"http://127.0.0.1:{handle.port}/metrics"
+    async with aiohttp.ClientSession(auto_decompress=False) as raw:
+        # What Prometheus sends.
+        async with raw.get(url, headers={"Accept-Encoding": "gzip"}) as response:
+            assert response.headers["Content-Encoding"] == "gzip"
+            assert response.headers["Content-Type"].startswith("text/plain")
+            assert line in gzip.decompress(await response.read())
+        async with raw.get(url, headers={"Accept-Encoding": "identity"}) as response:
+            assert "Content-Encoding" not in response.headers
+            assert line in await response.read()
 
 
 def test_every_documented_metric_is_exported(metrics: SidecarMetrics) -> None:

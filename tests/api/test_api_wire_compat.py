@@ -77,7 +77,9 @@ async def test_a_client_of_the_released_schema_reads_the_answers(
 
 
 async def test_clients_read_the_answers_of_a_server_on_the_released_schema() -> None:
-    view = MemoryBackend().subscriptions[STREAM][SUBSCRIPTION]
+    backend = MemoryBackend()
+    backend.make_cursor(SUBSCRIPTION)  # the Spark source reads external cursors only
+    view = backend.subscriptions[STREAM][SUBSCRIPTION]
     server = StateServer([convert.subscription_to_proto(view, api_pb2.SubscriptionState)])
     request = api_pb2.GetSubscriptionRequest(stream=STREAM, subscription=SUBSCRIPTION)
     spark = SidecarClient(server.address, timeout_s=5)

@@ -17,11 +17,12 @@ import grpc
 import pytest
 from structlog.testing import capture_logs
 
+from rsub_dev.ports import free_ports
 from sidecar.api.errors import FailedPrecondition, NotLeader, Unavailable
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from spark_jobs.rsub_spark.cursor import CursorCommitError, SidecarClient
 from spark_jobs.rsub_spark.listener import CursorCommitListener
-from spark_jobs.rsub_spark.options import parse_options
+from spark_jobs.rsub_spark.options import RsubOptionError, parse_options
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, MemoryBackend
 
 TOKEN = "s3cret-commit-t0ken"
@@ -135,7 +136,9 @@ async def test_the_listener_never_takes_a_failed_commit_for_done(
         "sidecar": f"127.0.0.1:{server.port}",
         "sidecarToken": TOKEN,
     }
-    listener = CursorCommitListener(parse_options(options))
+    backend.make_cursor(SUBSCRIPTION)
+    # In a thread: the listener asks the sidecar (served by this loop) what it commits to.
+    listener = await asyncio.to_thread(CursorCommitListener, parse_options(options))
     commits = failing(backend, NotLeader("the leader is 'west-a'"))
     await asyncio.to_thread(listener.onQueryProgress, progress_event(50))
     assert commits.calls == 1
@@ -148,3 +151,56 @@ async def test_the_listener_never_takes_a_failed_commit_for_done(
     assert listener.committed == 60 and listener.failure is None
     assert await asyncio.to_thread(listener.wait_for, 50, 0.1)
     assert backend.subscriptions[STREAM][SUBSCRIPTION].mark_delete == 60
+
+
+def listener_options(server: GrpcServerHandle | None, subscription: str) -> dict[str, str]:
+    port = server.port if server is not None else free_ports(1)[0]  # None: nobody listens
+    sidecar = f"127.0.0.1:{port}"
+    return {
+        "servers": "nats://127.0.0.1:4222",
+        "stream": STREAM,
+        "region": "west",
+        "subscription": subscription,
+        "sidecar": sidecar,
+        "sidecarToken": TOKEN,
+        "timeoutMs": "2000",
+    }
+
+
+async def test_the_listener_refuses_a_durable_when_attached(
+    server: GrpcServerHandle, backend: MemoryBackend
+) -> None:
+    commits = failing(backend)
+    with pytest.raises(RsubOptionError) as refused:
+        await asyncio.to_thread(
+            CursorCommitListener, parse_options(listener_options(server, SUBSCRIPTION))
+        )
+    assert str(refused.value) == (
+        f"option subscription: 'billing' is a durable consumer of stream 'orders' (sidecar "
+        f"127.0.0.1:{server.port}), not an external cursor: a Spark query commits its progress "
+        "to an external cursor of its own. Create one once with `rsub create-cursor orders NAME "
+        f"--sidecar 127.0.0.1:{server.port}` (add --token when the sidecar has one; "
+        "CursorService.CommitCursor with sequence 0 does the same) and name it in option "
+        "subscription (docs/spark.md)"
+    )
+    assert commits.calls == 0
+
+
+async def test_the_listener_takes_a_new_cursor_and_an_unreachable_sidecar(
+    server: GrpcServerHandle, backend: MemoryBackend
+) -> None:
+    # Not there yet: its first commit creates it.
+    listener = await asyncio.to_thread(
+        CursorCommitListener, parse_options(listener_options(server, "orders-totals"))
+    )
+    await asyncio.to_thread(listener.onQueryProgress, progress_event(50))
+    assert listener.committed == 50
+    assert backend.subscriptions[STREAM]["orders-totals"].mark_delete == 50
+    # Nobody answers: the check is skipped and logged; commits report what they meet.
+    with capture_logs() as logs:
+        await asyncio.to_thread(
+            CursorCommitListener, parse_options(listener_options(None, "orders-totals"))
+        )
+    [skipped] = [e for e in logs if e["event"] == "rsub.cursor_check_skipped"]
+    assert (skipped["subscription"], skipped["log_level"]) == ("orders-totals", "warning")
+    assert TOKEN not in repr(logs)

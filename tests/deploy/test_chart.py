@@ -20,6 +20,10 @@ EXAMPLES = ROOT / "helm" / "examples"
 REGIONS = ("west", "central", "east")
 CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 VALUES_FILES = [*(EXAMPLES / f"{r}.yaml" for r in REGIONS), *CI_FILES]
+# networkPolicy.httpFrom admitting a Prometheus in the `monitoring` namespace.
+PROMETHEUS_PEERS = [
+    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+]
 
 
 def example_values(helm_tool: ModuleType, region: str) -> dict[str, Any]:
@@ -475,6 +479,7 @@ def test_common_labels_and_annotations_on_every_object(helm_tool: ModuleType) ->
         commonAnnotations={"owner": "data"},
         service={"annotations": {"owner": "svc"}},
         serviceMonitor={"enabled": True},
+        networkPolicy={"httpFrom": PROMETHEUS_PEERS},
     )
     objs = objects(helm_tool, values, "rsub-west")
     assert set(objs) == {
@@ -517,17 +522,57 @@ def test_service_monitor_namespace_and_relabelings(helm_tool: ModuleType) -> Non
             "relabelings": relabel,
             "metricRelabelings": drop,
         },
+        networkPolicy={"httpFrom": PROMETHEUS_PEERS},
     )
-    sm = objects(helm_tool, values, "rsub-west")["ServiceMonitor"]
+    objs = objects(helm_tool, values, "rsub-west")
+    sm = objs["ServiceMonitor"]
     assert sm["metadata"]["namespace"] == "monitoring"
     # The Service it selects stays in the release's namespace.
     assert sm["spec"]["namespaceSelector"] == {"matchNames": ["rsub"]}
     (endpoint,) = sm["spec"]["endpoints"]
-    assert endpoint["relabelings"] == relabel
+    # The chart's own first: the Service's region label (as Prometheus' service discovery
+    # names it, `.` and `/` as `_`) onto every series as `rsub_region`; then the values'.
+    region_label = {
+        "sourceLabels": ["__meta_kubernetes_service_label_rsub_io_region"],
+        "targetLabel": "rsub_region",
+    }
+    assert objs["Service"]["metadata"]["labels"]["rsub.io/region"] == "west"
+    assert endpoint["relabelings"] == [region_label, *relabel]
     assert endpoint["metricRelabelings"] == drop
-    default = objects(helm_tool, minimal(helm_tool, serviceMonitor={"enabled": True}), "r")
+    default = objects(
+        helm_tool,
+        minimal(
+            helm_tool,
+            serviceMonitor={"enabled": True},
+            networkPolicy={"httpFrom": PROMETHEUS_PEERS},
+        ),
+        "r",
+    )
     assert default["ServiceMonitor"]["metadata"]["namespace"] == "rsub"
-    assert "relabelings" not in default["ServiceMonitor"]["spec"]["endpoints"][0]
+    assert default["ServiceMonitor"]["spec"]["endpoints"][0]["relabelings"] == [region_label]
+
+
+def test_service_monitor_needs_the_network_policy_to_let_prometheus_in(
+    helm_tool: ModuleType,
+) -> None:
+    """Left empty, httpFrom admits only this namespace's pods: a Prometheus elsewhere would
+    find every target down, so the chart refuses, saying what to set."""
+    values = minimal(helm_tool, serviceMonitor={"enabled": True})
+    with pytest.raises(helm_tool.ChartError) as failed:
+        helm_tool.render(CHART, values)
+    message = str(failed.value)
+    assert "serviceMonitor.enabled with networkPolicy.httpFrom empty" in message
+    assert "Set networkPolicy.httpFrom to Prometheus' pods" in message
+    assert "[{podSelector: {}}] when Prometheus runs in this namespace" in message
+    # Either answer renders: Prometheus' peers, this namespace named explicitly, no policy.
+    network_policies: list[dict[str, Any]] = [
+        {"httpFrom": PROMETHEUS_PEERS},
+        {"httpFrom": [{"podSelector": {}}]},
+        {"enabled": False},
+    ]
+    for network_policy in network_policies:
+        values = minimal(helm_tool, serviceMonitor={"enabled": True}, networkPolicy=network_policy)
+        assert "ServiceMonitor" in objects(helm_tool, values, "r")
 
 
 def test_network_policy_extra_rules(helm_tool: ModuleType) -> None:

@@ -21,6 +21,7 @@ from tests.support.promql_check import (
     legend_labels,
     problems,
 )
+from tests.support.promtool_alerts import Expect, ScrapeRecorder, Target, promtool_check
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "rsub-sidecar"
@@ -162,3 +163,70 @@ def test_rule_thresholds_come_from_values(helm_tool: ModuleType) -> None:
         " and on (job, stream) rate(rsub_snapshots_started_total[5m]) > 0"
     )
     assert rules["RsubReplayGapHigh"] == "rsub_subscription_replay_gap_messages > 7"
+
+
+def runbook_anchors() -> set[str]:
+    """The anchors of docs/operations.md's headings, as GitHub makes them."""
+    headings = re.findall(r"^#+ (.+)$", (ROOT / "docs" / "operations.md").read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_runbook_urls_point_at_sections_of_the_operations_page(helm_tool: ModuleType) -> None:
+    rules = rendered_rules(helm_tool, "full-values.yaml")
+    base = "https://git.example.com/data-platform/rsub/blob/v0.1.0/docs/operations.md#"
+    urls = {
+        r["alert"]: r["annotations"]["runbook_url"]
+        for r in rules
+        if "runbook_url" in r.get("annotations", {})
+    }
+    assert {"RsubRegionDown", "RsubSidecarDown"} <= urls.keys()
+    anchors = runbook_anchors()
+    for alert, url in urls.items():
+        assert url.startswith(base), (alert, url)
+        assert url.removeprefix(base) in anchors, (alert, url)
+    default = rendered_rules(helm_tool, "minimal-values.yaml")
+    assert default[0]["annotations"]["runbook_url"] == (
+        "docs/operations.md#no-sidecar-of-a-region-is-scraped"
+    )
+
+
+def test_a_region_without_a_sidecar_up_fires(helm_tool: ModuleType, tmp_path: Path) -> None:
+    """RsubRegionDown and RsubSidecarDown on scrapes as Prometheus records them: a region whose
+    every target fails (east), one with no target left (central), one with a replica down
+    (west: that replica only)."""
+    values = helm_tool.load_values([CHART / "ci" / "minimal-values.yaml"])
+    values["prometheusRule"] = {"enabled": True}
+    rules = helm_tool.prometheus_rules(helm_tool.render(CHART, values))
+    targets = [
+        Target(f"rsub-{region}", pod, "", region)
+        for region, pod in [
+            ("west", "west-0"),
+            ("west", "west-1"),
+            ("central", "central-0"),
+            ("east", "east-0"),
+        ]
+    ]
+    recorder = ScrapeRecorder(targets)
+    up = {t.pod: ("up", tuple(sorted(t.labels().items()))) for t in targets}
+    healthy, broken = 6, 14  # scrapes (30 s each) before the fault and in it
+    recorder.scrapes = [{key: 1.0 for key in up.values()} for _ in range(healthy)]
+    recorder.scrapes += [
+        {up["west-0"]: 1.0, up["west-1"]: 0.0, up["east-0"]: 0.0} for _ in range(broken)
+    ]
+    fault = healthy  # the first scrape of the fault
+    expects = [
+        Expect(fault - 1),  # nothing pending while every target answers
+        # `for: 1m`: pending at the fault's first scrape, firing two scrapes (1m) later.
+        Expect(fault + 1, "RsubRegionDown", {"rsub_region": "east"}, fires=False),
+        Expect(fault + 2, "RsubRegionDown", {"rsub_region": "east"}),
+        Expect(fault + 2, "RsubRegionDown", {"rsub_region": "central"}),
+        Expect(fault + 2, "RsubRegionDown", {"rsub_region": "west"}, fires=False),
+        # `for: 5m`: ten scrapes.
+        Expect(fault + 9, "RsubSidecarDown", {"pod": "west-1"}, fires=False),
+        Expect(fault + 10, "RsubSidecarDown", {"pod": "west-1"}),
+        Expect(fault + 10, "RsubSidecarDown", {"pod": "east-0"}),
+        Expect(fault + 10, "RsubSidecarDown", {"pod": "west-0"}, fires=False),
+        Expect(fault + 10, "RsubSidecarDown", {"pod": "central-0"}, fires=False),
+    ]
+    code, output = promtool_check(rules, recorder, expects, tmp_path)
+    assert code == 0, output

@@ -78,10 +78,12 @@ def _config() -> list[bytes]:
 
 def _api() -> list[bytes]:
     seeds = []
-    for index, (_service, _method, request_type) in enumerate(api_methods()):
+    for index, (_service, method, request_type) in enumerate(api_methods()):
         fields = {
             "stream": STREAM,
-            "subscription": "billing",
+            # An external cursor for the cursor writes (the commit, first, creates it; the
+            # reset finds it); the in-memory backend's durable for the others.
+            "subscription": "spark-1" if method in ("CommitCursor", "ResetCursor") else "billing",
             "sequence": 41,
             "replicated": True,
         }

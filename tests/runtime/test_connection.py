@@ -10,8 +10,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+import structlog
 from nats.errors import AuthorizationError
 
+from rsub_dev.ports import refusing_socket
 from sidecar.config import NatsConfig, NatsTlsConfig, Secret
 from sidecar.nats.connection import (
     NatsConnection,
@@ -146,6 +148,74 @@ async def test_refusals_after_the_first_connection_are_retried(tmp_path: Path) -
     finally:
         await conn.close()
         server.stop()
+
+
+@pytest.mark.integration
+async def test_nats_errors_name_the_server_never_its_user_info(tmp_path: Path) -> None:
+    """Two servers, each failing in its own way once the password changed on the first:
+    every `nats_error` names the server it is about (an authorization violation does not say
+    which server refused), as `scheme://host:port`, never a URL's user info."""
+    server = ServerProcess(tmp_path, users("pw-1"))
+    server.start()
+    refusing = refusing_socket()  # bound, not listening: connections are refused
+    port = refusing.getsockname()[1]
+    config = NatsConfig(
+        servers=(server.url, f"nats://ops:url-secret-pw@127.0.0.1:{port}"),
+        user="rsub",
+        password=Secret("pw-1"),
+    )
+    conn = NatsConnection(config, name="test")
+    try:
+        with structlog.testing.capture_logs() as events:
+            await asyncio.wait_for(conn.connect(), 20)
+            server.stop()
+            server.configure(users("pw-2"))
+            server.start()
+
+            def errors_of(url: str) -> list[str]:
+                return [
+                    e["error"] for e in events if e["event"] == "nats_error" and e["server"] == url
+                ]
+
+            await wait_for(
+                lambda: (
+                    any("Authorization Violation" in e for e in errors_of(server.url))
+                    and bool(errors_of(f"nats://127.0.0.1:{port}"))
+                ),
+                "the refusal by the first server and an error from the second",
+            )
+    finally:
+        await conn.close()
+        server.stop()
+        refusing.close()
+    assert all("Authorization" not in e for e in errors_of(f"nats://127.0.0.1:{port}"))
+    errors = [e for e in events if e["event"] == "nats_error"]
+    assert {e["server"] for e in errors} <= {server.url, f"nats://127.0.0.1:{port}"}
+    assert "url-secret-pw" not in repr(events)
+
+
+def test_errors_taking_turns_are_each_logged_then_held_back() -> None:
+    """Three servers failing in turn, one a second each: each server's error is logged at
+    once and then ever more rarely, on its own schedule."""
+    now = [0.0]
+    quiet = QuietRepeats(max_gap_s=60, clock=lambda: now[0])
+    logged: dict[str, list[tuple[float, int]]] = {}
+    for second in range(600):
+        now[0] = float(second)
+        key = f"nats://10.0.0.{second % 3}:4222 ConnectionRefusedError(111)"
+        if quiet.due(key):
+            logged.setdefault(key, []).append((now[0], quiet.held_back))
+            quiet.logged()
+    assert len(logged) == 3
+    for key, times in logged.items():
+        first = times[0][0]
+        assert first < 3, key
+        # Seen every 3 s: logged 1, 2, 4, 8, ... s (up to a minute) after the last time.
+        after = [t - first for t, _ in times]
+        assert after[:10] == [0, 3, 6, 9, 15, 24, 42, 75, 135, 195], key
+        assert len(times) == 16, key
+        # What was held back in between, its own occurrences only (every 3 s).
+        assert [held for _, held in times[:7]] == [0, 0, 0, 0, 1, 2, 5], key
 
 
 def test_refusal_recognises_credential_and_certificate_errors_only() -> None:

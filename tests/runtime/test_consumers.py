@@ -19,6 +19,7 @@ from sidecar.nats import jsapi
 from sidecar.nats.consumers import (
     PositionReader,
     create_consumer,
+    lets_through,
     move_forward,
     set_replicated,
 )
@@ -38,6 +39,11 @@ async def stream(js: JetStreamContext) -> str:
     name = f"S{uuid.uuid4().hex[:8]}"
     await js.add_stream(name=name, subjects=[f"{name}.>", f"_rsub.{name}.>"], max_consumers=300)
     return name
+
+
+def reader_of(stream: str) -> PositionReader:
+    """The position reader of the stream made by the `stream` fixture (markers `_rsub.V.>`)."""
+    return PositionReader(stream, marker_filter=f"_rsub.{stream}.>")
 
 
 async def publish(js: JetStreamContext, stream: str, data: int, markers: int = 0) -> None:
@@ -84,7 +90,7 @@ async def test_positions_follow_the_ack_floor_and_the_stream_end_when_caught_up(
     await consume(caught_up, 5)
     await consume(unacked, 5, ack=False)
 
-    positions = await PositionReader(stream).read(port)
+    positions = await reader_of(stream).read(port)
 
     assert positions.last_seq == 7
     by_name = {c.name: c for c in positions.consumers}
@@ -119,7 +125,7 @@ async def test_a_durable_with_data_pending_stands_past_what_it_does_not_deliver(
     for sub in (data, west, both, everything, plain):
         await consume(sub, 2)
 
-    positions = await PositionReader(stream).read(port)
+    positions = await reader_of(stream).read(port)
 
     by_name = {c.name: c for c in positions.consumers}
     assert {name: c.ack_floor for name, c in by_name.items()} == dict.fromkeys(by_name, 2)
@@ -130,6 +136,33 @@ async def test_a_durable_with_data_pending_stands_past_what_it_does_not_deliver(
         "everything": 2,
         "plain": 2,  # not replicated: nobody's position, never scanned
     }
+    # Those whose filters let the markers through are named, with their filters.
+    assert positions.receiving_markers == {"both": (f"{stream}.>", "_rsub.>"), "everything": ()}
+
+
+@pytest.mark.parametrize(
+    ("filters", "through"),
+    [
+        ((), True),
+        ((">",), True),
+        (("*.>",), True),
+        (("_rsub.>",), True),
+        (("_rsub.V.marker.west",), True),
+        (("_rsub.*.snapshot.*",), True),
+        (("V.>", "_rsub.V.>"), True),
+        (("V.>",), False),
+        (("V.west.>", "V.east.>"), False),
+        (("_rsub.V",), False),  # one token short of any marker subject
+        (("_rsub.W.>",), False),
+        (("*.*",), False),
+        (("*.V",), False),
+        (("*.V.marker",), True),  # no marker has this subject, but the namespace is theirs
+    ],
+)
+def test_lets_through_finds_filters_overlapping_the_markers(
+    filters: tuple[str, ...], through: bool
+) -> None:
+    assert lets_through(filters, "_rsub.V.>") is through
 
 
 async def test_an_effective_floor_never_reaches_past_last_seq(
@@ -161,7 +194,7 @@ async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
             filter_subjects=[f"{stream}.west.>", f"{stream}.east.>"],
         )
         await consume(sub, 1)
-        reader = PositionReader(stream)
+        reader = reader_of(stream)
         for _ in range(3):
             [position] = (await reader.read(port)).consumers
             assert position.mark_delete == 1
@@ -179,7 +212,7 @@ async def test_unsupported_deliver_policies_are_skipped_with_a_reason(
     await durable(js, stream, "newest", deliver_policy=api.DeliverPolicy.NEW)
     await durable(js, stream, "newest_plain", metadata=None, deliver_policy=api.DeliverPolicy.NEW)
     await js.subscribe(f"{stream}.>", stream=stream)  # an ephemeral consumer: not listed
-    positions = await PositionReader(stream).read(port)
+    positions = await reader_of(stream).read(port)
     assert [c.name for c in positions.consumers] == ["newest_plain"]
     [skipped] = positions.skipped
     assert skipped.name == "newest"
@@ -193,7 +226,7 @@ async def test_listing_pages_through_many_consumers(
         await js.add_consumer(
             stream, durable_name=f"d{i}", filter_subject=f"{stream}.>", metadata=REPLICATED
         )
-    positions = await PositionReader(stream).read(port)
+    positions = await reader_of(stream).read(port)
     assert len(positions.consumers) == 260
 
 

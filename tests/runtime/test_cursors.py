@@ -54,6 +54,22 @@ async def test_concurrent_commits_keep_the_highest(store: CursorStore) -> None:
     assert max(results) == 20
 
 
+async def test_a_reset_sets_an_existing_cursor_backwards_and_creates_none(
+    store: CursorStore,
+) -> None:
+    await store.advance("orders", "spark", 2**64 - 1)
+    await store.advance("orders", "other", 5)
+    assert await store.reset("orders", "spark", 12) == 2**64 - 1
+    assert await store.load("orders") == {"spark": 12, "other": 5}
+    # Forward-only commits go on from the reset value.
+    assert await store.advance("orders", "spark", 11) == 12
+    assert await store.advance("orders", "spark", 13) == 13
+    assert await store.reset("orders", "ghost", 3) is None
+    assert await store.reset("payments", "spark", 3) is None
+    assert await store.load("orders") == {"spark": 13, "other": 5}
+    assert await store.load("payments") == {}
+
+
 async def test_a_second_store_on_the_same_bucket_sees_the_cursors(
     js: JetStreamContext, bucket: str, store: CursorStore
 ) -> None:

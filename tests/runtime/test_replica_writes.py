@@ -84,6 +84,23 @@ async def test_every_write_through_one_address_takes_effect_or_fails_loudly(
 
             await wait_until(seen, f"the leader to see cursor {CURSOR} at {value}", 20)
 
+        # Data for the cursors: a commit beyond the read stream's last sequence + 1 is refused.
+        # One message more than the highest commit: a cursor with data after it stands where
+        # it was committed (not extended over the markers that follow the data).
+        vs = VirtualStream(STREAM, tuple(cluster2.regions))
+        nc = await nats.connect(cluster2.servers("west"))
+        try:
+            js = nc.jetstream()
+            for i in range(31):
+                await js.publish(vs.publish_subject("west", "x"), str(i).encode())
+
+            async def sourced() -> bool:
+                return (await js.stream_info(vs.read_stream("west"))).state.last_seq >= 31
+
+            await wait_until(sourced, "the data in west's read stream")
+        finally:
+            await nc.close()
+
         # CommitCursor: each answer is the stored cursor (forward only, whoever stored it).
         for sequence, expected in [(3, 3), (7, 7), (12, 12), (5, 12)]:
             async with new_connection(address) as (cursor, _):
@@ -110,7 +127,6 @@ async def test_every_write_through_one_address_takes_effect_or_fails_loudly(
         assert list(proxy.forwarded.values()) == [3, 3]
 
         # SetReplicated: the durable's metadata, written by whichever replica answers.
-        vs = VirtualStream(STREAM, tuple(cluster2.regions))
         nc = await nats.connect(cluster2.servers("west"))
         try:
             await nc.jetstream().add_consumer(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,49 @@ async def test_run_refuses_a_bad_configuration(tmp_path: Path) -> None:
     _, stderr = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert b"nats: missing required key" in stderr
+
+
+@pytest.mark.parametrize(("server", "setting"), [("HTTP", "http"), ("gRPC", "grpc")])
+async def test_run_on_a_taken_port_exits_2_saying_so(
+    tmp_path: Path, server: str, setting: str
+) -> None:
+    """Another process listens on the port: one line on stderr naming the address, the
+    setting and the cause, exit 2 (the configuration cannot be used here), nothing left
+    running (the server that did start is stopped)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        overrides = {setting: {"listen": f"127.0.0.1:{port}"}}
+        # No NATS server: the servers listen before anything connects.
+        config, _ = write_sidecar_config(tmp_path, {"servers": ["nats://127.0.0.1:1"]}, overrides)
+        proc = await run_rsub("--config", str(config))
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 2
+    lines = stderr.decode().splitlines()
+    ours = [line for line in lines if line.startswith("rsub run:")]
+    assert len(ours) == 1, lines
+    assert ours[0].startswith(
+        f"rsub run: {server} server cannot listen on '127.0.0.1:{port}' ({setting}.listen): "
+    ), lines
+    assert b"Traceback" not in stdout + stderr
+    assert b"Event loop is closed" not in stdout + stderr
+    if setting == "http":
+        assert "address already in use" in ours[0]
+        assert lines == ours
+        # The gRPC server had started: it is stopped, and the runtime with it.
+        events = [json.loads(line)["event"] for line in stdout.splitlines()]
+        assert events[-3:] == ["grpc_server_started", "grpc_server_stopped", "runtime_stopped"]
+    else:
+        # grpc's core logs the cause (its own line, `E<date> ... add_port.cc`) before ours.
+        assert [line for line in lines if line not in ours] == [
+            line for line in lines if "Address already in use" in line
+        ]
 
 
 def password_server(tmp_path: Path) -> ServerProcess:

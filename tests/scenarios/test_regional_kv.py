@@ -48,6 +48,11 @@ async def test_the_sidecar_leads_and_commits_cursors_while_the_buckets_leader_is
         assert info.cluster is not None and info.cluster.leader is not None
         for _ in range(3):
             await js.publish(f"{STREAM}.west.item", b"x", stream=f"{STREAM}-write-west")
+
+        async def sourced() -> bool:  # a cursor is committed within the read stream only
+            return (await js.stream_info(f"{STREAM}-read-west")).state.last_seq >= 3
+
+        await wait_until(sourced, "the data in west's read stream", READY_TIMEOUT_S)
         assert await runtime.commit_cursor(STREAM, "spark", 1) == 1
 
         # The server leading the bucket is lost.

@@ -404,7 +404,8 @@ async def test_run_ready_through_a_nats_restart(tmp_path: Path, secrets: Secrets
 
 
 async def test_run_crashing_at_start(tmp_path: Path, secrets: Secrets) -> None:
-    """The gRPC port is taken: `rsub run` dies at start with a traceback (JSON and console)."""
+    """The gRPC port is taken: `rsub run` exits 2 at start, saying so on stderr without a
+    traceback (JSON and console)."""
     taken = socket.socket()
     taken.bind((HOST, 0))
     taken.listen()
@@ -415,14 +416,14 @@ async def test_run_crashing_at_start(tmp_path: Path, secrets: Secrets) -> None:
         for log_format in _FORMATS
     ]
     try:
-        assert await asyncio.gather(*(s.exited() for s in sidecars)) == [1] * len(sidecars)
+        assert await asyncio.gather(*(s.exited() for s in sidecars)) == [2] * len(sidecars)
     finally:
         taken.close()
         for sidecar in sidecars:
             await sidecar.close()
     for sidecar in sidecars:
         sidecar.record(transcript)
-        assert b"Traceback" in sidecar.err and b"gRPC server cannot listen" in sidecar.err
+        assert b"Traceback" not in sidecar.err and b"gRPC server cannot listen" in sidecar.err
     transcript.assert_no_secret(secrets.all())
 
 

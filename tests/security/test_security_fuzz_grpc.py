@@ -8,8 +8,9 @@ tokens, and leader/outage flags:
 - a name is refused with INVALID_ARGUMENT naming the field exactly when it breaks the naming
   contract (`[A-Za-z0-9][A-Za-z0-9_-]*`, at most 255 characters);
 - a protected method without the right token is refused before it runs;
-- no call moves a cursor backwards; a refused call changes nothing; an accepted commit
-  leaves the cursor at max(before, sequence).
+- no call but an accepted ResetCursor moves a cursor backwards; a refused call changes
+  nothing; an accepted commit leaves the cursor at max(before, sequence), an accepted reset
+  at its sequence.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ FUZZ = settings(
 )
 Code = grpc.StatusCode
 NEVER = (Code.INTERNAL, Code.UNKNOWN)
-PROTECTED = {"CommitCursor", "Status", "TriggerSnapshot", "SetReplicated"}
+PROTECTED = {"CommitCursor", "Status", "TriggerSnapshot", "SetReplicated", "ResetCursor"}
+ADMIN = {"Status", "TriggerSnapshot", "SetReplicated", "ResetCursor"}
 _CALL_TIMEOUT_S = 5.0
 
 Cursors = dict[tuple[str, str], int]
@@ -132,7 +134,7 @@ def _call(method: str, request_type: Any, fields: tuple[str, ...]) -> st.SearchS
     def build(draw: st.DrawFn) -> Call:
         values = {field: draw(names) for field in fields}
         extra: dict[str, Any] = {}
-        if method == "CommitCursor":
+        if method in ("CommitCursor", "ResetCursor"):
             extra["sequence"] = draw(u64)
         if method == "SetReplicated":
             extra["replicated"] = draw(st.booleans())
@@ -157,6 +159,7 @@ CALLS = st.one_of(
     _call("Status", api_pb2.StatusRequest, ()),
     _call("TriggerSnapshot", api_pb2.TriggerSnapshotRequest, ("stream",)),
     _call("SetReplicated", api_pb2.SetReplicatedRequest, ("stream", "subscription")),
+    _call("ResetCursor", api_pb2.ResetCursorRequest, ("stream", "subscription")),
 )
 
 
@@ -164,10 +167,9 @@ CALLS = st.one_of(
 
 
 def _stub_method(channel: grpc.Channel, method: str) -> Callable[..., Any]:
-    service = "AdminService" if method in ("Status", "TriggerSnapshot", "SetReplicated") else ""
     stub: Any = (
         api_pb2_grpc.AdminServiceStub(channel)
-        if service
+        if method in ADMIN
         else api_pb2_grpc.CursorServiceStub(channel)
     )
     return getattr(stub, method)  # type: ignore[no-any-return]
@@ -215,8 +217,11 @@ def test_every_field_of_every_rpc(server: ServerThread, channel: grpc.Channel, c
     event(f"{call.method} {code.name}")
 
     assert code not in NEVER, (code, details)
-    for key, position in before.items():
-        assert after.get(key, position) >= position, f"cursor {key} moved backwards"
+    accepted = code == Code.OK and call.method in ("CommitCursor", "ResetCursor")
+    key = (call.names["stream"], call.names["subscription"]) if accepted else None
+    for moved, position in before.items():
+        if call.method != "ResetCursor" or moved != key:
+            assert after.get(moved, position) >= position, f"cursor {moved} moved backwards"
 
     if not authorized(call):
         assert code in (Code.UNAUTHENTICATED, Code.PERMISSION_DENIED), (code, details)
@@ -229,13 +234,16 @@ def test_every_field_of_every_rpc(server: ServerThread, channel: grpc.Channel, c
         assert after == before
         return
     assert code != Code.INVALID_ARGUMENT, details
-    if code != Code.OK or call.method != "CommitCursor":
+    if key is None:
         if call.method != "SetReplicated":
             assert after == before
         return
-    key = (call.names["stream"], call.names["subscription"])
-    expected = max(before.get(key, 0), call.request.sequence)
-    assert reply.mark_delete == expected == after[key]
+    if call.method == "ResetCursor":
+        assert reply.previous_sequence == before[key]
+        assert reply.sequence == call.request.sequence == after[key]
+    else:
+        expected = max(before.get(key, 0), call.request.sequence)
+        assert reply.mark_delete == expected == after[key]
     assert without(after, key) == without(before, key)
 
 
@@ -272,6 +280,7 @@ REQUEST_TYPES = {
     "Status": api_pb2.StatusRequest,
     "TriggerSnapshot": api_pb2.TriggerSnapshotRequest,
     "SetReplicated": api_pb2.SetReplicatedRequest,
+    "ResetCursor": api_pb2.ResetCursorRequest,
 }
 
 

@@ -318,6 +318,32 @@ def test_subscription_start_asks_the_sidecar(
         ).initialOffset()
 
 
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_start_from_a_durable_consumer_is_refused_before_any_read(
+    orders_layout: Layout, streaming: bool
+) -> None:
+    name = orders_layout.vstream.name
+    durable = api_pb2.GetSubscriptionResponse(
+        stream=name, subscription="billing", kind="durable", mark_delete=5
+    )
+    sidecar = StateServer([durable])
+    options = orders_layout.options(subscription="billing", sidecar=sidecar.address)
+    try:
+        with pytest.raises(RsubOptionError) as refused:
+            if streaming:
+                stream_reader(orders_layout, **options).initialOffset()
+            else:
+                source = RsubDataSource(options)
+                source.reader(source.schema()).partitions()
+    finally:
+        sidecar.stop()
+    assert str(refused.value).startswith(
+        f"option subscription: 'billing' is a durable consumer of stream '{name}' (sidecar "
+        f"{sidecar.address}), not an external cursor: "
+    )
+    assert f"`rsub create-cursor {name} NAME --sidecar {sidecar.address}`" in str(refused.value)
+
+
 def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_offsets(
     orders_layout: Layout,
 ) -> None:

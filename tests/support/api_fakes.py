@@ -25,6 +25,7 @@ import grpc
 from sidecar._gen.rsub.v1 import api_pb2
 from sidecar.api.backend import (
     AppliedUpdateView,
+    CursorResetView,
     Readiness,
     SnapshotView,
     SourceLinkView,
@@ -41,7 +42,11 @@ SUBSCRIPTION = "billing"
 
 
 def subscription_view(
-    name: str, *, mark_delete: int = 0, kind: SubscriptionKind = SubscriptionKind.DURABLE
+    name: str,
+    *,
+    mark_delete: int = 0,
+    kind: SubscriptionKind = SubscriptionKind.DURABLE,
+    receives_markers: bool = False,
 ) -> SubscriptionView:
     return SubscriptionView(
         stream=STREAM,
@@ -59,6 +64,7 @@ def subscription_view(
         failover_exposure=None,
         progress_sent={},
         progress_sent_position=0,
+        receives_markers=receives_markers,
     )
 
 
@@ -94,6 +100,12 @@ class MemoryBackend:
             ]
         }
         self._changed = asyncio.Condition()
+
+    def make_cursor(self, name: str = SUBSCRIPTION) -> None:
+        """Make subscription `name` of `STREAM` an external cursor, its state otherwise as it
+        is: what a Spark query commits to (the source refuses a durable at its start)."""
+        view = self.subscriptions[STREAM][name]
+        self.subscriptions[STREAM][name] = dataclasses.replace(view, kind=SubscriptionKind.EXTERNAL)
 
     def _check(self, stream: str) -> dict[str, SubscriptionView]:
         if self.unavailable:
@@ -182,6 +194,13 @@ class MemoryBackend:
         elif subscription not in subs:
             await self._store(view)
         return view.mark_delete
+
+    async def reset_cursor(self, stream: str, subscription: str, sequence: int) -> CursorResetView:
+        view = self._subscription(stream, subscription)
+        if view.kind is not SubscriptionKind.EXTERNAL:
+            raise NotFound(f"stream {stream!r} has no external cursor {subscription!r} here")
+        await self._store(dataclasses.replace(view, mark_delete=sequence))
+        return CursorResetView(stream, subscription, view.mark_delete, sequence)
 
     async def trigger_snapshot(self, stream: str) -> str:
         subs = self._check(stream)

@@ -17,6 +17,7 @@ def touch_every_metric(metrics: SidecarMetrics) -> None:
     metrics.set_replay_gap("s", "billing", "east", 12)
     metrics.set_failover_exposure("s", "billing", 4)
     metrics.set_origin_index_bytes("s", 48)
+    metrics.set_durables_receiving_markers("s", 1)
     metrics.data_unknown_origin("s")
     metrics.set_leader("s", False, 3)
     metrics.set_nats_connected(False)

@@ -16,18 +16,22 @@ from sidecar.api.metrics import SidecarMetrics
 from tests.support.metrics_kit import touch_every_metric
 
 API_DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"
-# Labels Prometheus attaches to every series it scrapes through the chart's ServiceMonitor.
+# Labels Prometheus attaches to every series it scrapes through the chart's ServiceMonitor
+# (`rsub_region` by the ServiceMonitor's relabeling, from the Service's `rsub.io/region`).
 TARGET_LABELS = frozenset(
-    {"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
+    {"job", "instance", "namespace", "pod", "service", "container", "endpoint", "rsub_region"}
 )
+# Series Prometheus writes itself for each target (with the target's labels only).
+SCRAPE_SERIES = ("up",)
 
 
 def exported_series() -> dict[str, frozenset[str]]:
-    """Sample name (as queried: `_total`, `_bucket`, ...) -> its label names."""
+    """Sample name (as queried: `_total`, `_bucket`, ...) -> its label names; with the
+    series Prometheus writes per target (`up`)."""
     metrics = SidecarMetrics()
     touch_every_metric(metrics)
     text = generate_latest(metrics.registry).decode()
-    series: dict[str, frozenset[str]] = {}
+    series: dict[str, frozenset[str]] = dict.fromkeys(SCRAPE_SERIES, frozenset())
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             series[sample.name] = series.get(sample.name, frozenset()) | frozenset(sample.labels)

@@ -2,8 +2,10 @@
 scrapes of real sidecars.
 
 `ScrapeRecorder` scrapes every sidecar's /metrics at a fixed period while a scenario runs,
-each under the `job` and `pod` labels Prometheus would add, and marks the instants a scenario
-names. `promtool_check` writes the recorded series as a promtool unit test (`input_series`,
+each under the `job`, `pod` and `rsub_region` labels Prometheus would add (the last by the
+chart's ServiceMonitor), with Prometheus' own `up` series per target (0 when the scrape
+fails; none for a target no longer listed, as for a pod that is gone), and marks the instants
+a scenario names. `promtool_check` writes the recorded series as a promtool unit test (`input_series`,
 one value per scrape, `_` where a target did not answer) with one check per expectation and
 runs promtool on it.
 
@@ -19,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import subprocess
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,11 @@ class Target:
     job: str
     pod: str
     url: str  # the /metrics URL
+    region: str
+
+    def labels(self) -> dict[str, str]:
+        """The labels Prometheus puts on every series of this target."""
+        return {"job": self.job, "pod": self.pod, "rsub_region": self.region}
 
 
 @dataclass(frozen=True)
@@ -85,12 +92,15 @@ class ScrapeRecorder:
 
     async def scrape_once(self, http: aiohttp.ClientSession) -> None:
         found: dict[Series, float] = {}
+        targets = list(self.targets)
         answers = await asyncio.gather(
-            *(self._scrape(http, target) for target in self.targets), return_exceptions=True
+            *(self._scrape(http, target) for target in targets), return_exceptions=True
         )
-        for answer in answers:
-            if isinstance(answer, dict):
+        for target, answer in zip(targets, answers, strict=True):
+            if not isinstance(answer, BaseException):
                 found.update(answer)
+            up = float(not isinstance(answer, BaseException))
+            found[("up", tuple(sorted(target.labels().items())))] = up
         async with self._scraped:
             self.scrapes.append(found)
             self._scraped.notify_all()
@@ -99,7 +109,7 @@ class ScrapeRecorder:
     async def _scrape(http: aiohttp.ClientSession, target: Target) -> dict[Series, float]:
         async with http.get(target.url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
             text = await resp.text()
-        extra = {"job": target.job, "pod": target.pod}
+        extra = target.labels()
         return {
             (s.name, tuple(sorted({**s.labels, **extra}.items()))): s.value
             for family in text_string_to_metric_families(text)
@@ -136,17 +146,26 @@ class ScrapeRecorder:
         return sum(found) if found else None
 
     def input_series(self) -> list[dict[str, str]]:
+        """Each series' values, one per scrape: a series gone from a scrape gets a staleness
+        marker (`stale`), as Prometheus writes for a series that vanishes (a failed scrape, a
+        target no longer listed), so a query no longer sees it; `_` (no sample) after that."""
         names = sorted({key for scrape in self.scrapes for key in scrape})
         return [
             {
                 "series": f"{name}{{{','.join(f'{k}={json.dumps(v)}' for k, v in labels)}}}",
-                "values": " ".join(
-                    repr(scrape[(name, labels)]) if (name, labels) in scrape else "_"
-                    for scrape in self.scrapes
-                ),
+                "values": " ".join(self._values((name, labels))),
             }
             for name, labels in names
         ]
+
+    def _values(self, key: Series) -> Iterator[str]:
+        present = False
+        for scrape in self.scrapes:
+            if key in scrape:
+                yield repr(scrape[key])
+            else:
+                yield "stale" if present else "_"
+            present = key in scrape
 
 
 def promtool_test(rules_file: Path, recorder: ScrapeRecorder, expects: list[Expect]) -> Any:

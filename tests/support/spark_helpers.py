@@ -29,6 +29,7 @@ from nats.aio.client import Client as NATS
 
 from rsub_dev.cluster import find_nats_server
 from sidecar.api.backend import (
+    CursorResetView,
     Readiness,
     SnapshotView,
     StatusView,
@@ -242,6 +243,7 @@ class CursorBackend:
             failover_exposure=None,
             progress_sent={},
             progress_sent_position=0,
+            receives_markers=False,
         )
 
     async def status(self) -> StatusView:
@@ -266,6 +268,9 @@ class CursorBackend:
         key = (stream, subscription)
         self.cursors[key] = max(self.cursors.get(key, 0), sequence)
         return self.cursors[key]
+
+    async def reset_cursor(self, stream: str, subscription: str, sequence: int) -> CursorResetView:
+        raise Unavailable("the test double serves the Spark source's calls only")
 
     async def trigger_snapshot(self, stream: str) -> str:
         raise Unavailable("the test double serves cursors only")

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubscriptionState(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class SubscriptionState(_message.Message):
     FAILOVER_EXPOSURE_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
+    RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -52,7 +53,8 @@ class SubscriptionState(_message.Message):
     failover_exposure: int
     progress_sent: _containers.ScalarMap[str, int]
     progress_sent_position: int
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ...) -> None: ...
+    receives_markers: bool
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ...) -> None: ...
 
 class AppliedUpdate(_message.Message):
     __slots__ = ("from_region", "snapshot_id", "position", "applied_unix_ms")
@@ -98,7 +100,7 @@ class GetSubscriptionRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class GetSubscriptionResponse(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +130,7 @@ class GetSubscriptionResponse(_message.Message):
     FAILOVER_EXPOSURE_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
+    RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -143,7 +146,8 @@ class GetSubscriptionResponse(_message.Message):
     failover_exposure: int
     progress_sent: _containers.ScalarMap[str, int]
     progress_sent_position: int
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ...) -> None: ...
+    receives_markers: bool
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
     __slots__ = ("stream",)
@@ -178,7 +182,7 @@ class WatchSubscriptionRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class WatchSubscriptionResponse(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +212,7 @@ class WatchSubscriptionResponse(_message.Message):
     FAILOVER_EXPOSURE_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
+    RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -223,7 +228,8 @@ class WatchSubscriptionResponse(_message.Message):
     failover_exposure: int
     progress_sent: _containers.ScalarMap[str, int]
     progress_sent_position: int
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ...) -> None: ...
+    receives_markers: bool
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ...) -> None: ...
 
 class CommitCursorRequest(_message.Message):
     __slots__ = ("stream", "subscription", "sequence")
@@ -302,6 +308,24 @@ class StatusResponse(_message.Message):
     version: str
     holder: str
     def __init__(self, region: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., leader: _Optional[bool] = ..., epoch: _Optional[int] = ..., connected: _Optional[bool] = ..., streams: _Optional[_Iterable[_Union[StreamStatus, _Mapping]]] = ..., version: _Optional[str] = ..., holder: _Optional[str] = ...) -> None: ...
+
+class ResetCursorRequest(_message.Message):
+    __slots__ = ("stream", "subscription", "sequence")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    subscription: str
+    sequence: int
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class ResetCursorResponse(_message.Message):
+    __slots__ = ("previous_sequence", "sequence")
+    PREVIOUS_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    previous_sequence: int
+    sequence: int
+    def __init__(self, previous_sequence: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class TriggerSnapshotRequest(_message.Message):
     __slots__ = ("stream",)

@@ -293,6 +293,11 @@ class AdminServiceStub:
                 request_serializer=rsub_dot_v1_dot_api__pb2.SetReplicatedRequest.SerializeToString,
                 response_deserializer=rsub_dot_v1_dot_api__pb2.SetReplicatedResponse.FromString,
                 _registered_method=True)
+        self.ResetCursor = channel.unary_unary(
+                '/rsub.v1.AdminService/ResetCursor',
+                request_serializer=rsub_dot_v1_dot_api__pb2.ResetCursorRequest.SerializeToString,
+                response_deserializer=rsub_dot_v1_dot_api__pb2.ResetCursorResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -316,6 +321,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetCursor(self, request, context):
+        """Set an existing external cursor to `sequence`, backwards too: the repair of a cursor
+        committed wrong. NOT_FOUND when no such cursor exists here (CommitCursor creates one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -333,6 +346,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetReplicated,
                     request_deserializer=rsub_dot_v1_dot_api__pb2.SetReplicatedRequest.FromString,
                     response_serializer=rsub_dot_v1_dot_api__pb2.SetReplicatedResponse.SerializeToString,
+            ),
+            'ResetCursor': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetCursor,
+                    request_deserializer=rsub_dot_v1_dot_api__pb2.ResetCursorRequest.FromString,
+                    response_serializer=rsub_dot_v1_dot_api__pb2.ResetCursorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -416,6 +434,33 @@ class AdminService:
             '/rsub.v1.AdminService/SetReplicated',
             rsub_dot_v1_dot_api__pb2.SetReplicatedRequest.SerializeToString,
             rsub_dot_v1_dot_api__pb2.SetReplicatedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetCursor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rsub.v1.AdminService/ResetCursor',
+            rsub_dot_v1_dot_api__pb2.ResetCursorRequest.SerializeToString,
+            rsub_dot_v1_dot_api__pb2.ResetCursorResponse.FromString,
             options,
             channel_credentials,
             insecure,
