@@ -26,6 +26,7 @@ from nats.aio.client import Client
 
 from rsub_dev.cluster import LocalSuperCluster
 from sidecar.logs import configure_logging
+from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.signals import follow_consumers
 
 STREAM = "orders-read-west"
@@ -55,14 +56,14 @@ async def run(acks: int, rounds: int, directory: Path) -> None:
                     if signalled == acks:
                         every.set()
 
-                subscriptions = await follow_consumers(sidecar, STREAM, moved)
+                listeners = await follow_consumers(NatsPort(sidecar), STREAM, moved)
                 await sidecar.flush()
                 started = time.process_time()
                 await publish_acks(client, acks)
                 await asyncio.wait_for(every.wait(), 120)
                 followed = time.process_time() - started
-                for sub in subscriptions:
-                    await sub.unsubscribe()
+                for listener in listeners:
+                    await listener.stop()
                 print(
                     f"{acks:,} acks: {1e6 * alone / acks:.1f} us of CPU each to send, "
                     f"{1e6 * followed / acks:.1f} us followed: the signal costs "

@@ -30,7 +30,7 @@ from nats.aio.client import Client
 
 from rsub_dev.cluster import LocalSuperCluster
 from sidecar.logs import configure_logging
-from sidecar.nats.marker_log import MSG_ID_HEADER, MarkerPublisher
+from sidecar.nats.nats_port import MSG_ID_HEADER, MarkerPublisher
 
 STREAM = "M"
 SUBJECT = "_rsub.M.marker.west"

@@ -27,16 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js.errors import APIError
 
-from sidecar.nats import jsapi
 from sidecar.nats.effective import EffectivePositions, Floor, filters_of, first_delivered
+from sidecar.nats.port import JetStreamPort
 
 log = structlog.get_logger(__name__)
 
@@ -85,8 +83,10 @@ class Positions:
     receiving_markers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-async def stream_last_seq(nc: Client, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S) -> int:
-    info = await jsapi.request(nc, f"STREAM.INFO.{stream}", timeout_s=timeout_s)
+async def stream_last_seq(
+    port: JetStreamPort, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S
+) -> int:
+    info = await port.stream_info(stream, timeout_s=timeout_s)
     return int(info["state"]["last_seq"])
 
 
@@ -166,11 +166,11 @@ class PositionReader:
         self._reported: set[SkippedConsumer] = set()
         self._effective = EffectivePositions(stream, timeout_s=timeout_s)
 
-    async def read(self, nc: Client) -> Positions:
-        last_seq = await stream_last_seq(nc, self._stream, timeout_s=self._timeout)
+    async def read(self, port: JetStreamPort) -> Positions:
+        last_seq = await stream_last_seq(port, self._stream, timeout_s=self._timeout)
         consumers: list[ConsumerPosition] = []
         skipped: list[SkippedConsumer] = []
-        infos, missing = await self._list(nc)
+        infos, missing = await self._list(port)
         unknown = set(missing)
         for info in infos:
             config = info.get("config") or {}
@@ -199,7 +199,7 @@ class PositionReader:
             consumers.append(position_of(info, last_seq))
         # `last_seq` was read before the listing, and so before the scan, as it must be.
         effective = await self._effective.read(
-            nc,
+            port,
             {
                 c.name: Floor(c.ack_floor, filters_of(c.config))
                 for c in consumers
@@ -219,19 +219,14 @@ class PositionReader:
             self._stream, last_seq, tuple(consumers), tuple(skipped), frozenset(unknown), receiving
         )
 
-    async def _list(self, nc: Client) -> tuple[list[dict[str, Any]], list[str]]:
+    async def _list(self, port: JetStreamPort) -> tuple[list[dict[str, Any]], list[str]]:
         """Every consumer listed, and the names of those the listing went without (`missing`:
         no leader of theirs answered in time; the offline ones are also listed, stateless)."""
         infos: list[dict[str, Any]] = []
         missing: list[str] = []
         offset = 0
         while True:
-            page = await jsapi.request(
-                nc,
-                f"CONSUMER.LIST.{self._stream}",
-                {"offset": offset},
-                timeout_s=self._timeout,
-            )
+            page = await port.consumer_list(self._stream, offset, timeout_s=self._timeout)
             batch = page.get("consumers") or []
             gone = [str(name) for name in page.get("missing") or []]
             infos.extend(batch)
@@ -250,13 +245,13 @@ class MoveOutcome:
     ack_floor_after: int
 
 
-async def _clamped_start(nc: Client, stream: str, position: int, timeout_s: float) -> int:
+async def _clamped_start(port: JetStreamPort, stream: str, position: int, timeout_s: float) -> int:
     """`position + 1`, but never past the stream's end (`last_seq + 1`)."""
-    return min(position + 1, await stream_last_seq(nc, stream, timeout_s=timeout_s) + 1)
+    return min(position + 1, await stream_last_seq(port, stream, timeout_s=timeout_s) + 1)
 
 
 async def move_forward(
-    nc: Client,
+    port: JetStreamPort,
     stream: str,
     durable: str,
     position: int,
@@ -274,14 +269,14 @@ async def move_forward(
     was using left every later ack unanswered (docs/reliability.md, Findings).
     Raises `nats.js.errors.NotFoundError` when the durable does not exist.
     """
-    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
-    start = await _clamped_start(nc, stream, position, timeout_s)
+    info = await port.consumer_info(stream, durable, timeout_s=timeout_s)
+    start = await _clamped_start(port, stream, position, timeout_s)
     if not _behind(info, start):
         return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
     # The messages between the consumer and `start` stay as they are (a stream only grows at
     # its end, past `start - 1`), so this holds under the pause below too.
     filters = filters_of(info.get("config") or {})
-    first = await first_delivered(nc, stream, _reached(info) + 1, filters, timeout_s=timeout_s)
+    first = await first_delivered(port, stream, _reached(info) + 1, filters, timeout_s=timeout_s)
     if first is None or first >= start:
         log.debug(
             "subscription_move_skipped",
@@ -299,18 +294,16 @@ async def move_forward(
     # A pause is a configuration change, which needs the JetStream meta leader; a region
     # that lost it (most regions down) can still reset. Then the move goes on unpaused: the
     # race can only rewind a consumer (duplicates), never move it past unconsumed data.
-    paused_here = not info.get("paused", False) and await _pause(nc, stream, durable)
+    paused_here = not info.get("paused", False) and await _pause(port, stream, durable)
     try:
-        info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
+        info = await port.consumer_info(stream, durable, timeout_s=timeout_s)
         before = _ack_floor(info)
         if not _behind(info, start):
             return MoveOutcome(False, before, before)
-        reply = await jsapi.request(
-            nc, f"CONSUMER.RESET.{stream}.{durable}", {"seq": start}, timeout_s=timeout_s
-        )
+        reply = await port.consumer_reset(stream, durable, start, timeout_s=timeout_s)
     finally:
         if paused_here:
-            await _resume(nc, stream, durable)
+            await _resume(port, stream, durable)
     after = int((reply.get("ack_floor") or {}).get("stream_seq", start - 1))
     log.info(
         "subscription_moved",
@@ -338,17 +331,11 @@ def _behind(info: Mapping[str, Any], start: int) -> bool:
     return start - 1 > _reached(info)
 
 
-async def _pause(nc: Client, stream: str, durable: str) -> bool:
+async def _pause(port: JetStreamPort, stream: str, durable: str) -> bool:
     """Pause `durable` for at most `_MOVE_PAUSE_S` (`CONSUMER.PAUSE`, server 2.11+); False
     when the server could not (no meta leader: the request fails or times out)."""
-    until = datetime.now(UTC) + timedelta(seconds=_MOVE_PAUSE_S)
     try:
-        await jsapi.request(
-            nc,
-            f"CONSUMER.PAUSE.{stream}.{durable}",
-            {"pause_until": until.isoformat().replace("+00:00", "Z")},
-            timeout_s=_PAUSE_TIMEOUT_S,
-        )
+        await port.consumer_pause(stream, durable, _MOVE_PAUSE_S, timeout_s=_PAUSE_TIMEOUT_S)
     except (APIError, TimeoutError, NatsError) as err:
         log.warning(
             "subscription_move_unpaused", stream=stream, subscription=durable, error=repr(err)
@@ -357,10 +344,10 @@ async def _pause(nc: Client, stream: str, durable: str) -> bool:
     return True
 
 
-async def _resume(nc: Client, stream: str, durable: str) -> None:
+async def _resume(port: JetStreamPort, stream: str, durable: str) -> None:
     """End the move's pause; if that fails the pause lapses by itself (`_MOVE_PAUSE_S`)."""
     try:
-        await jsapi.request(nc, f"CONSUMER.PAUSE.{stream}.{durable}", timeout_s=_PAUSE_TIMEOUT_S)
+        await port.consumer_pause(stream, durable, None, timeout_s=_PAUSE_TIMEOUT_S)
     except (APIError, TimeoutError, NatsError) as err:
         log.warning(
             "subscription_resume_failed", stream=stream, subscription=durable, error=repr(err)
@@ -384,7 +371,7 @@ def replica_config(origin: Mapping[str, Any], durable: str, start_seq: int) -> d
 
 
 async def create_consumer(
-    nc: Client,
+    port: JetStreamPort,
     stream: str,
     durable: str,
     origin_config: Mapping[str, Any],
@@ -397,15 +384,10 @@ async def create_consumer(
 
     Returns None, changing nothing, when a consumer of that name already exists.
     """
-    start = await _clamped_start(nc, stream, position, timeout_s)
+    start = await _clamped_start(port, stream, position, timeout_s)
     config = replica_config(origin_config, durable, start)
     try:
-        await jsapi.request(
-            nc,
-            f"CONSUMER.CREATE.{stream}.{durable}",
-            {"stream_name": stream, "config": config, "action": "create"},
-            timeout_s=timeout_s,
-        )
+        await port.consumer_create(stream, durable, config, "create", timeout_s=timeout_s)
     except APIError as err:
         if err.err_code == _CONSUMER_ALREADY_EXISTS:
             return None
@@ -415,7 +397,7 @@ async def create_consumer(
 
 
 async def set_replicated(
-    nc: Client,
+    port: JetStreamPort,
     stream: str,
     durable: str,
     replicated: bool,
@@ -427,7 +409,7 @@ async def set_replicated(
     Raises `NotFoundError` for a missing durable and `ValueError` when the durable cannot be
     replicated (its deliver policy).
     """
-    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.{durable}", timeout_s=timeout_s)
+    info = await port.consumer_info(stream, durable, timeout_s=timeout_s)
     config = dict(info["config"])
     policy = str(config.get("deliver_policy", "all"))
     if replicated and policy not in SUPPORTED_DELIVER_POLICIES:
@@ -440,11 +422,6 @@ async def set_replicated(
     else:
         metadata.pop(REPLICATE_KEY, None)
     config["metadata"] = metadata
-    updated = await jsapi.request(
-        nc,
-        f"CONSUMER.CREATE.{stream}.{durable}",
-        {"stream_name": stream, "config": config, "action": "update"},
-        timeout_s=timeout_s,
-    )
-    last_seq = await stream_last_seq(nc, stream, timeout_s=timeout_s)
+    updated = await port.consumer_create(stream, durable, config, "update", timeout_s=timeout_s)
+    last_seq = await stream_last_seq(port, stream, timeout_s=timeout_s)
     return position_of(updated, last_seq)

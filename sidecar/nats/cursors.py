@@ -23,11 +23,9 @@ import json
 from collections.abc import AsyncGenerator, Callable, Mapping
 
 import structlog
-from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
 
-from sidecar.nats import stream_reader
+from sidecar.nats.port import JetStreamPort, KeyValueBucket
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +35,7 @@ _DEFAULT_TIMEOUT_S = 5.0
 
 
 class CursorStore:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValueBucket) -> None:
         self._kv = kv
 
     @staticmethod
@@ -120,12 +118,12 @@ def _parse(stream: str, value: bytes | None) -> dict[str, int]:
     return cursors
 
 
-async def cursor_commits(js: JetStreamContext, bucket: str) -> AsyncGenerator[str, None]:
+async def cursor_commits(port: JetStreamPort, bucket: str) -> AsyncGenerator[str, None]:
     """The virtual stream of every cursor key written to `bucket` (the KV bucket's stream,
-    headers only), first those stored now, then each write as it comes; forever (until the
-    connection closes: start again then)."""
+    read live, headers only), first those stored now, then each write as it comes; forever
+    (until the connection closes: start again then)."""
     prefix = f"$KV.{bucket}.{_KEY_PREFIX}"
-    tail = stream_reader.tail(js, f"KV_{bucket}", f"{prefix}>", 1, headers_only=True)
+    tail = port.read(f"KV_{bucket}", f"{prefix}>", 1, live=True, headers_only=True)
     async with contextlib.aclosing(tail):
         async for msg in tail:
             yield msg.subject[len(prefix) :]

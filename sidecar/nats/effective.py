@@ -24,9 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nats.aio.client import Client
-
-from sidecar.nats import jsapi
+from sidecar.nats.port import JetStreamPort
 
 _DEFAULT_TIMEOUT_S = 5.0
 _EVERY_MESSAGE = ">"
@@ -48,7 +46,7 @@ def filters_of(config: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 async def first_delivered(
-    nc: Client, stream: str, seq: int, filters: tuple[str, ...], *, timeout_s: float
+    port: JetStreamPort, stream: str, seq: int, filters: tuple[str, ...], *, timeout_s: float
 ) -> int | None:
     """The sequence of the first message at or after `seq` that a reader with `filters`
     delivers (any message when `filters` is empty), None when there is none.
@@ -59,7 +57,7 @@ async def first_delivered(
     found = [
         int(msg["seq"])
         for subject in filters or (_EVERY_MESSAGE,)
-        if (msg := await jsapi.msg_get(nc, stream, seq, next_by_subj=subject, timeout_s=timeout_s))
+        if (msg := await port.msg_get(stream, seq, next_by_subj=subject, timeout_s=timeout_s))
         is not None
     ]
     return min(found, default=None)
@@ -84,7 +82,9 @@ class EffectivePositions:
         self._timeout = timeout_s
         self._scans: dict[str, _Scan] = {}
 
-    async def read(self, nc: Client, floors: Mapping[str, Floor], last_seq: int) -> dict[str, int]:
+    async def read(
+        self, port: JetStreamPort, floors: Mapping[str, Floor], last_seq: int
+    ) -> dict[str, int]:
         """The effective position of every reader; `last_seq` MUST be read before this call.
 
         Safety: `last_seq` was read first, so every message at or below it was stored before
@@ -105,7 +105,7 @@ class EffectivePositions:
                 scan = self._scans[name] = _Scan(floor, floor.seq, done=not floor.filters)
             if not scan.done and scan.clear_to < last_seq:
                 found = await first_delivered(
-                    nc, self._stream, scan.clear_to + 1, floor.filters, timeout_s=self._timeout
+                    port, self._stream, scan.clear_to + 1, floor.filters, timeout_s=self._timeout
                 )
                 scan.done = found is not None
                 scan.clear_to = last_seq if found is None else found - 1

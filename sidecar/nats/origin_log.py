@@ -3,8 +3,9 @@
 - `replay_origins()` yields a `DataEntry` per data message stored when it is called, for the
   rebuild at startup; `tail_origins()` yields them from a start sequence on, live. Restart
   it from `last.read_seq + 1` when it ends (the connection was closed). Both read through
-  `stream_reader`, over `vs.data_filter()` (so never a marker) and headers only (the server
-  sends no payload: a backlog costs its headers on the wire, not its data).
+  the port (`JetStreamPort.read`), over `vs.data_filter()` (so never a marker) and headers
+  only (the server sends no payload: a backlog costs its headers on the wire, not its
+  data).
 - `data_entry()` reads one message's origin from its `Nats-Stream-Source` header: the region
   whose write stream (the first token, without any `:<hash>` suffix) it was sourced from, and
   its sequence there (the second token). A missing or garbled header, or a stream of no
@@ -16,14 +17,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Mapping
 
-from nats.js import JetStreamContext
-
 from sidecar.naming import SOURCE_HEADER, VirtualStream
-from sidecar.nats import stream_reader
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
-
-# Headers only: a few hundred bytes per message, so a fetch can ask for many.
-_REPLAY_BATCH = 1024
 
 
 def data_entry(vs: VirtualStream, read_seq: int, headers: Mapping[str, str] | None) -> DataEntry:
@@ -36,32 +32,28 @@ def data_entry(vs: VirtualStream, read_seq: int, headers: Mapping[str, str] | No
     return DataEntry(read_seq, region, origin_seq)
 
 
-async def replay_origins(
-    js: JetStreamContext, vs: VirtualStream, region: str, start_seq: int = 1
+def replay_origins(
+    port: JetStreamPort, vs: VirtualStream, region: str, start_seq: int = 1
 ) -> AsyncGenerator[DataEntry, None]:
     """Yield the origins of the data messages stored in `region`'s read stream (seq >=
     `start_seq`) at the time of the call, in stream order."""
-    replay = stream_reader.replay(
-        js,
-        vs.read_stream(region),
-        vs.data_filter(),
-        start_seq=start_seq,
-        batch=_REPLAY_BATCH,
-        headers_only=True,
-    )
-    async with contextlib.aclosing(replay):
-        async for msg in replay:
-            yield data_entry(vs, msg.metadata.sequence.stream, msg.headers)
+    return _origins(port, vs, region, start_seq, live=False)
 
 
-async def tail_origins(
-    js: JetStreamContext, vs: VirtualStream, region: str, start_seq: int
+def tail_origins(
+    port: JetStreamPort, vs: VirtualStream, region: str, start_seq: int
 ) -> AsyncGenerator[DataEntry, None]:
     """Yield the origins of `region`'s read stream's data messages from `start_seq` on, in
     stream order, forever (until the connection closes)."""
-    tail = stream_reader.tail(
-        js, vs.read_stream(region), vs.data_filter(), start_seq, headers_only=True
+    return _origins(port, vs, region, start_seq, live=True)
+
+
+async def _origins(
+    port: JetStreamPort, vs: VirtualStream, region: str, start_seq: int, *, live: bool
+) -> AsyncGenerator[DataEntry, None]:
+    messages = port.read(
+        vs.read_stream(region), vs.data_filter(), start_seq, live=live, headers_only=True
     )
-    async with contextlib.aclosing(tail):
-        async for msg in tail:
-            yield data_entry(vs, msg.metadata.sequence.stream, msg.headers)
+    async with contextlib.aclosing(messages):
+        async for msg in messages:
+            yield data_entry(vs, msg.seq, msg.headers)

@@ -4,9 +4,10 @@ Every operation the runtime (and the modules of `sidecar.nats` it uses) really a
 is here, and nothing else: publish a marker, read a stream (what is stored, or live), read
 a stream's state and stored messages, list, read, create, reset and pause consumers, a
 key-value bucket's operations (cursors and leases), and the core-NATS signals (acks and
-consumer advisories). `NatsPort` is the real one, over one nats-py client, every JetStream
-API request through one request path (`sidecar.nats.jsapi`); the deterministic simulation
-has its own over a simulated JetStream (developer tools, never imported here).
+consumer advisories). `NatsPort` (`sidecar.nats.nats_port`) is the real one, over nats-py
+(the connection's client), every JetStream API request through one request path
+(`sidecar.nats.jsapi`); the deterministic simulation has its own over a simulated JetStream
+(developer tools, never imported here).
 
 Replies of the JetStream API are the server's JSON (`ApiJson`): the modules that read them
 (`consumers`, `effective`) parse exactly what the server sends, and a simulated port must

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
+from sidecar.nats.port import JetStreamPort, Listener
 
 
 def subjects(read_stream: str) -> tuple[str, str]:
@@ -27,12 +25,8 @@ def subjects(read_stream: str) -> tuple[str, str]:
 
 
 async def follow_consumers(
-    nc: Client, read_stream: str, moved: Callable[[], None]
-) -> list[Subscription]:
+    port: JetStreamPort, read_stream: str, moved: Callable[[], None]
+) -> list[Listener]:
     """Call `moved` whenever an ack or a consumer advisory of `read_stream` arrives; the
-    subscriptions (nats-py renews them after a reconnect)."""
-
-    async def signal(_: Msg) -> None:
-        moved()
-
-    return [await nc.subscribe(subject, cb=signal) for subject in subjects(read_stream)]
+    listeners (kept across reconnects by the port)."""
+    return [await port.listen(subject, moved) for subject in subjects(read_stream)]

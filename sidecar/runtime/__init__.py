@@ -41,7 +41,11 @@ One module per role:
 - `positions`: `LocalSubscriptions`, `V`'s durables (one consumer listing) and external
   cursors (one KV get), as last read, at their effective positions (a floor extended over
   the markers after it: `sidecar.nats.effective`);
-- `handles`: the connection, cursor store and shard leases shared by the others; `clock`: now.
+- `handles`: the port to JetStream (`sidecar.nats.port.JetStreamPort`, the only way the
+  modules above reach NATS; `root` builds a `NatsPort`, and keeps a path of its own for its
+  bring-up, as `discovery` does for its listing), the connection's state, cursor store and
+  shard leases shared by the others, and the one clock the runtime reads (`clock`: the wall
+  clock unless the handles are given another, as a simulation does).
 
 Leadership is per stream: the lease of the stream's shard in the region's KV bucket
 `<lease.bucket>-<region>` (keys `shards.<i>`, with the gate `leader` and `members.<holder>`,

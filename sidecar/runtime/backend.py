@@ -20,10 +20,9 @@ from nats.js.errors import NotFoundError
 import sidecar
 from sidecar.api import backend as views
 from sidecar.api.errors import FailedPrecondition, InvalidArgument, NotFound, NotLeader, Unavailable
-from sidecar.nats import consumers, jsapi
+from sidecar.nats import consumers
 from sidecar.nats.lease import LeaseState
 from sidecar.protocol import MachineSubscription, Output, PendingView, StreamMachine
-from sidecar.runtime.clock import now_ms
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 
@@ -200,7 +199,7 @@ class RuntimeBackend:
         self._require_connected()
         if not self.leadership(stream).leader:
             raise self._not_leader("TriggerSnapshot", stream)
-        now = now_ms()
+        now = self._handles.clock()
         seen: list[tuple[PendingView | None, bool]] = []
 
         def apply(machine: StreamMachine) -> list[Output]:
@@ -233,7 +232,7 @@ class RuntimeBackend:
             raise InvalidArgument("subscription", "external cursors are always replicated")
         try:
             await consumers.set_replicated(
-                self._handles.conn.nc, driver.vs.read_stream(self.region), subscription, replicated
+                self._handles.port, driver.vs.read_stream(self.region), subscription, replicated
             )
             listing = await driver.read_positions()
         except NotFoundError as err:
@@ -267,7 +266,7 @@ class RuntimeBackend:
         read_stream = driver.vs.read_stream(self.region)
         try:
             last_seq = await consumers.stream_last_seq(
-                self._handles.conn.nc, read_stream, timeout_s=_STREAM_INFO_TIMEOUT_S
+                self._handles.port, read_stream, timeout_s=_STREAM_INFO_TIMEOUT_S
             )
         except (TimeoutError, NatsError) as err:
             raise Unavailable(f"cannot read where {read_stream!r} ends: {err!r}") from err
@@ -302,7 +301,7 @@ class RuntimeBackend:
         return _view(driver, sub)
 
     async def _stream_status(self, driver: StreamDriver) -> views.StreamStatusView:
-        vs, machine, now = driver.vs, driver.machine, now_ms()
+        vs, machine, now = driver.vs, driver.machine, self._handles.clock()
         last_completed = machine.last_completed_ms if machine is not None else None
         subscriptions = machine.subscriptions() if machine is not None else []
         leadership = self.leadership(vs.name)
@@ -322,14 +321,12 @@ class RuntimeBackend:
 
     async def _sources(self, driver: StreamDriver, now: int) -> list[views.SourceLinkView]:
         """The read stream's source links as the server reports them (none while offline)."""
-        conn, vs = self._handles.conn, driver.vs
-        if not conn.connected:
+        handles, vs = self._handles, driver.vs
+        if not handles.conn.connected:
             return []
         try:
-            info = await jsapi.request(
-                conn.nc,
-                f"STREAM.INFO.{vs.read_stream(self.region)}",
-                timeout_s=_STREAM_INFO_TIMEOUT_S,
+            info = await handles.port.stream_info(
+                vs.read_stream(self.region), timeout_s=_STREAM_INFO_TIMEOUT_S
             )
         except (TimeoutError, NatsError):
             return []

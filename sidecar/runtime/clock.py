@@ -1,9 +1,15 @@
-"""The runtime's wall clock: the machine has none, every timestamp reaches it from here."""
+"""The runtime's clock: the machine has none, every timestamp reaches it from the one clock
+the runtime is given (`RegionHandles.clock`): the wall clock by default, a simulation's
+virtual time under simulation."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+
+Clock = Callable[[], int]
+"""Now, in milliseconds since the Unix epoch."""
 
 
-def now_ms() -> int:
+def wall_clock_ms() -> int:
     return int(time.time() * 1000)

@@ -57,7 +57,6 @@ from sidecar.protocol import (
 )
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime.batches import Backlog, Batches
-from sidecar.runtime.clock import now_ms
 from sidecar.runtime.effects import Effects
 from sidecar.runtime.handles import RegionHandles
 from sidecar.runtime.observer import StreamObserver
@@ -90,8 +89,8 @@ class StreamDriver:
         metrics: SidecarMetrics,
     ) -> None:
         self.vs = vs
-        self.subscriptions = LocalSubscriptions(vs, handles.region)
-        self.observer = StreamObserver(vs.name, metrics)
+        self.subscriptions = LocalSubscriptions(vs, handles.region, handles.clock)
+        self.observer = StreamObserver(vs.name, metrics, handles.clock)
         self.machine: StreamMachine | None = None
         """None until `rebuild` is done; only `drive` calls its input methods after that."""
         self.changed = asyncio.Condition()
@@ -149,7 +148,7 @@ class StreamDriver:
         self._metrics.position_read(self.vs.name)
         generation = self.machine.generation if self.machine is not None else 0
         listing = await self.subscriptions.read(
-            self._handles.conn.nc, self._handles.cursors(), generation
+            self._handles.port, self._handles.cursors(), generation
         )
         self.observer.durables_receiving_markers(self.subscriptions.receiving_markers)
         return listing
@@ -157,16 +156,16 @@ class StreamDriver:
     # ---- the loops ------------------------------------------------------------------------
 
     async def rebuild(self) -> None:
-        js, vs, region = self._handles.conn.js, self.vs, self._handles.region
+        port, vs, region = self._handles.port, self.vs, self._handles.region
         # Data first, from the stream's first message: markers replayed after it then find
         # the index as far as the stream went when they were read, or further.
         backlog = Backlog()
         if self._config.progress:
-            async for entry in replay_origins(js, vs, region):
+            async for entry in replay_origins(port, vs, region):
                 self._data_read(entry)
                 backlog.add(entry)
         markers: list[StoredMarker] = []
-        async for stored in replay_markers(js, vs.read_stream(region), vs.marker_filter()):
+        async for stored in replay_markers(port, vs.read_stream(region), vs.marker_filter()):
             markers.append(stored)
             self._tail_seq = stored.seq
         listing = await self.read_positions()
@@ -181,7 +180,7 @@ class StreamDriver:
             listing.subscriptions,
             listing.positions,
             listing.last_seq,
-            now_ms(),
+            self._handles.clock(),
             data=backlog.entries(),
         )
         for event in read:
@@ -246,9 +245,9 @@ class StreamDriver:
         await self._follow("marker", self._tail_markers, lambda: self._tail_seq)
 
     async def _tail_markers(self) -> None:
-        vs, region = self.vs, self._handles.region
+        vs, region, clock = self.vs, self._handles.region, self._handles.clock
         tail = tail_markers(
-            self._handles.conn.js, vs.read_stream(region), vs.marker_filter(), self._tail_seq + 1
+            self._handles.port, vs.read_stream(region), vs.marker_filter(), self._tail_seq + 1
         )
         async with contextlib.aclosing(tail):
             async for stored in tail:
@@ -256,7 +255,7 @@ class StreamDriver:
                 # The data read so far goes first: an update is applied with the index as
                 # far as the data tail got (a lagging index only places it less far).
                 self._data.flush()
-                self.post(partial(StreamMachine.marker_read, stored=stored, now_ms=now_ms()))
+                self.post(partial(StreamMachine.marker_read, stored=stored, now_ms=clock()))
 
     async def index(self) -> None:
         """Follow the origins of the read stream's data messages live, from where the replay
@@ -275,9 +274,7 @@ class StreamDriver:
         # lagging behind the stream is safe: `vector_at(M)` only names messages it holds at
         # or below M (whatever it lacks makes the vector smaller, never larger), and
         # `position_for` never goes past `indexed_through`, the last entry it was given.
-        tail = tail_origins(
-            self._handles.conn.js, self.vs, self._handles.region, self._data_seq + 1
-        )
+        tail = tail_origins(self._handles.port, self.vs, self._handles.region, self._data_seq + 1)
         async with contextlib.aclosing(tail):
             async for entry in tail:
                 if self._config.progress:

@@ -77,7 +77,7 @@ class Effects:
         return None
 
     async def _act(self, action: Action) -> int | None:
-        vs, conn, region = self._vs, self._handles.conn, self._handles.region
+        vs, port, region = self._vs, self._handles.port, self._handles.region
         read_stream = vs.read_stream(region)
         match action:
             case PublishReplicated(marker=marker):
@@ -94,7 +94,7 @@ class Effects:
                 # it has not delivered up to `ack_floor` yet; it never rewinds a consumer.
                 # Left alone, its ack floor (read then) is what it stands at.
                 try:
-                    moved = await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
+                    moved = await consumers.move_forward(port, read_stream, sub, ack_floor)
                 except NotFoundError:
                     log.warning("subscription_gone", stream=vs.name, subscription=sub)
                     return None
@@ -106,12 +106,10 @@ class Effects:
                     return None
                 # A consumer of that name that exists already (made by hand, or by an
                 # earlier leader) is only ever moved forward, never re-created.
-                created = await consumers.create_consumer(
-                    conn.nc, read_stream, sub, origin, ack_floor
-                )
+                created = await consumers.create_consumer(port, read_stream, sub, origin, ack_floor)
                 if created is not None:
                     return created
-                moved = await consumers.move_forward(conn.nc, read_stream, sub, ack_floor)
+                moved = await consumers.move_forward(port, read_stream, sub, ack_floor)
                 return moved.ack_floor_after
             case (
                 MoveCursor(subscription=sub, ack_floor=ack_floor)
@@ -125,10 +123,7 @@ class Effects:
 
     async def _publish(self, stream: str, subject: str, marker: Marker) -> None:
         # The id is derived from the content: a retried publish is stored once.
-        handles = self._handles
-        await handles.markers.publish(
-            handles.conn.nc, stream, subject, encode(marker), marker_msg_id(marker)
-        )
+        await self._handles.port.publish(stream, subject, encode(marker), marker_msg_id(marker))
 
 
 def _consumer_config(raw: bytes) -> dict[str, Any] | None:

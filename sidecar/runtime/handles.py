@@ -1,26 +1,33 @@
-"""This region's NATS handles, shared by the stream drivers, the effects and the API backend."""
+"""This region's handles, shared by the stream drivers, the effects and the API backend: the
+port to JetStream, the connection's state, the cursor store, the shard leases and the clock."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.cursors import CursorStore
-from sidecar.nats.marker_log import MarkerPublisher
+from sidecar.nats.port import JetStreamPort
 from sidecar.nats.shards import ShardLeases
+from sidecar.runtime.clock import Clock, wall_clock_ms
 
 
 @dataclass
 class RegionHandles:
-    """The connection exists from the start; the cursor store and the shard leases only once
-    the bring-up has opened the region's KV bucket (`None` before, and the leases again after
-    `stop`). Shared by reference, so every reader sees the bring-up's result at once."""
+    """The connection and the port exist from the start (the port works once the connection
+    is up); the cursor store and the shard leases only once the bring-up has opened the
+    region's KV bucket (`None` before, and the leases again after `stop`). Shared by
+    reference, so every reader sees the bring-up's result at once.
+
+    The runtime reaches JetStream only through `port`, and reads the time only from `clock`
+    (a simulation gives its own of both); `conn` is there for whether it is connected."""
 
     region: str
     conn: NatsConnection
+    port: JetStreamPort
     cursor_store: CursorStore | None = None
     leases: ShardLeases | None = None
-    markers: MarkerPublisher = field(default_factory=MarkerPublisher)
+    clock: Clock = wall_clock_ms
 
     def cursors(self) -> CursorStore:
         """The cursor store; only used after the bring-up (drivers and writes start later)."""

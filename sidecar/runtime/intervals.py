@@ -8,12 +8,11 @@ import contextlib
 import itertools
 
 import structlog
-from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from sidecar.nats import signals
 from sidecar.nats.cursors import cursor_commits
-from sidecar.runtime.clock import now_ms
+from sidecar.nats.port import Listener
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 
@@ -39,19 +38,19 @@ class IntervalLoop:
     def __init__(self, handles: RegionHandles, interval_ms: int, sweep_intervals: int) -> None:
         self._drivers: list[StreamDriver] = []
         self._by_name: dict[str, StreamDriver] = {}
-        self._signals: dict[str, list[Subscription]] = {}
+        self._signals: dict[str, list[Listener]] = {}
         self._handles = handles
         self._interval_s = interval_ms / 1000
         self._sweep = sweep_intervals
         self._queue: asyncio.Queue[StreamDriver] = asyncio.Queue()
 
     async def add(self, driver: StreamDriver) -> None:
-        """Take `driver` (rebuilt) into the intervals, its consumer signals followed (nats-py
-        keeps the subscriptions across reconnects) and its reads queued here."""
+        """Take `driver` (rebuilt) into the intervals, its consumer signals followed (the
+        port keeps the listeners across reconnects) and its reads queued here."""
         read_stream = driver.vs.read_stream(self._handles.region)
         name = driver.vs.name
         self._signals[name] = await signals.follow_consumers(
-            self._handles.conn.nc, read_stream, driver.moved
+            self._handles.port, read_stream, driver.moved
         )
         driver.read_later = self._queue.put_nowait
         self._drivers.append(driver)
@@ -63,9 +62,9 @@ class IntervalLoop:
         if self._by_name.pop(name, None) is None:
             return
         self._drivers.remove(driver)
-        for subscription in self._signals.pop(name, []):
+        for listener in self._signals.pop(name, []):
             with contextlib.suppress(NatsError):
-                await subscription.unsubscribe()
+                await listener.stop()
 
     async def run(self) -> None:
         readers = [asyncio.create_task(self._reader()) for _ in range(_READERS)]
@@ -81,7 +80,7 @@ class IntervalLoop:
     def interval(self, count: int, phase: int) -> None:
         """Interval `count` of the streams in `phase`: one in `_PHASES` of the streams, so
         that their snapshots do not all start (and load both regions) at the same instant."""
-        now = now_ms()
+        now = self._handles.clock()
         for i in range(phase, len(self._drivers), _PHASES):
             self._drivers[i].interval(now, sweep=(i + count) % self._sweep == 0)
         log.debug("interval", phase=phase, reads_waiting=self._queue.qsize())
@@ -99,7 +98,7 @@ class IntervalLoop:
         by_name = self._by_name
         while True:
             try:
-                async for stream in cursor_commits(self._handles.conn.js, bucket):
+                async for stream in cursor_commits(self._handles.port, bucket):
                     driver = by_name.get(stream)
                     if driver is not None:
                         driver.moved()

@@ -33,7 +33,7 @@ from sidecar.protocol import (
     UpdateApplied,
     UpdateSent,
 )
-from sidecar.runtime.clock import now_ms
+from sidecar.runtime.clock import Clock
 
 log = structlog.get_logger(__name__)
 
@@ -42,9 +42,10 @@ _INDEX_RUN_BYTES = 24
 
 
 class StreamObserver:
-    def __init__(self, name: str, metrics: SidecarMetrics) -> None:
+    def __init__(self, name: str, metrics: SidecarMetrics, clock: Clock) -> None:
         self._name = name
         self._metrics = metrics
+        self._clock = clock
         metrics.stream_added(
             name, [*(r.value for r in RejectReason), IgnoreReason.STALE_EPOCH.value]
         )
@@ -142,7 +143,7 @@ class StreamObserver:
                     "leadership_lost", stream=name, epoch=event.epoch, newer=event.newer_epoch
                 )
             case MarkerRead():  # replayed or tailed
-                self._last_marker_ms[event.region] = now_ms()
+                self._last_marker_ms[event.region] = self._clock()
                 metrics.marker_seen(name, event.region)
             case MarkerRejected():  # replayed or tailed
                 reason = event.rejected.reason.value

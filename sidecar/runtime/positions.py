@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from nats.aio.client import Client
-
 from sidecar.naming import VirtualStream
 from sidecar.nats import consumers
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import PositionsListing, SubscriptionInfo, SubscriptionKind
-from sidecar.runtime.clock import now_ms
+from sidecar.runtime.clock import Clock
 
 _EXTERNAL = SubscriptionInfo(SubscriptionKind.EXTERNAL, True, b"")
 
@@ -25,9 +24,10 @@ class LocalSubscriptions:
     cursor commit records the stored value at once (`cursor_stored`, `listing`).
     """
 
-    def __init__(self, vs: VirtualStream, region: str) -> None:
+    def __init__(self, vs: VirtualStream, region: str, clock: Clock) -> None:
         read_stream = vs.read_stream(region)
         self._vs = vs
+        self._clock = clock
         self._reader = consumers.PositionReader(read_stream, marker_filter=vs.marker_filter())
         self._cursor_positions = EffectivePositions(read_stream)
         self._data = (vs.data_filter(),)  # what a cursor's reader delivers
@@ -43,14 +43,16 @@ class LocalSubscriptions:
         """Every local subscription, as last read (and cursors committed since)."""
         return {**{name: _EXTERNAL for name in self.cursors}, **self.durables}
 
-    async def read(self, nc: Client, store: CursorStore, generation: int) -> PositionsListing:
+    async def read(
+        self, port: JetStreamPort, store: CursorStore, generation: int
+    ) -> PositionsListing:
         """Read everything again: the subscriptions, and the mark-delete positions of the
         replicated ones. `generation` is the machine's when the read begins."""
-        read = await self._reader.read(nc)
+        read = await self._reader.read(port)
         self.cursors = await store.load(self._vs.name)
         # `read.last_seq` was read before the scan after the cursors, as it must be.
         cursors = await self._cursor_positions.read(
-            nc, {name: self._floor(value) for name, value in self.cursors.items()}, read.last_seq
+            port, {name: self._floor(value) for name, value in self.cursors.items()}, read.last_seq
         )
         # A durable listed without its state stays as last read, with no position: dropped,
         # the machine would take it for deleted and forget what it holds for it.
@@ -63,7 +65,7 @@ class LocalSubscriptions:
         }
         self.last_seq = read.last_seq
         self.receiving_markers = read.receiving_markers
-        self.read_ms = now_ms()
+        self.read_ms = self._clock()
         # A position follows the end when an external cursor has it (markers after it count
         # as consumed) or a replicated durable stands at `last_seq` (nothing pending, or only
         # what it does not deliver after its floor).

@@ -22,6 +22,7 @@ from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection, NatsRefused
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.lease import LeaseState
+from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.regional_kv import open_regional_kv
 from sidecar.nats.shards import Member, ShardLeases, shard_of
 from sidecar.nats.topology import TopologyError, apply_topology
@@ -78,7 +79,8 @@ class Runtime(RuntimeBackend):
             name=f"rsub-{config.region}-{holder}",
             on_change=self.metrics.set_nats_connected,
         )
-        handles = RegionHandles(config.region, conn)
+        # The port follows the connection's client (it needs none before the bring-up).
+        handles = RegionHandles(config.region, conn, NatsPort(conn))
         drivers = {
             vs.name: StreamDriver(vs, machine_config(config, vs), handles, self.metrics)
             for vs in config.virtual_streams

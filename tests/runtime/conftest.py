@@ -16,6 +16,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from sidecar.nats.nats_port import NatsPort
+from sidecar.nats.port import JetStreamPort
 from tests.support.runtime_servers import ServerProcess
 
 
@@ -49,6 +51,12 @@ async def nc(js_server: ServerProcess) -> AsyncIterator[Client]:
 @pytest.fixture
 def js(nc: Client) -> JetStreamContext:
     return nc.jetstream()
+
+
+@pytest.fixture
+def port(nc: Client) -> JetStreamPort:
+    """The real port over the test's client (what the runtime reaches JetStream through)."""
+    return NatsPort(nc)
 
 
 @pytest.fixture

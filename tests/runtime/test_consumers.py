@@ -24,6 +24,7 @@ from sidecar.nats.consumers import (
     set_replicated,
 )
 from sidecar.nats.effective import EffectivePositions, Floor
+from sidecar.nats.port import JetStreamPort
 from tests.support.api_requests import requests_on
 from tests.support.runtime_servers import ServerProcess
 
@@ -78,7 +79,7 @@ async def consume(sub: JetStreamContext.PullSubscription, n: int, *, ack: bool =
 
 
 async def test_positions_follow_the_ack_floor_and_the_stream_end_when_caught_up(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=5, markers=2)  # seqs 1-5 data, 6-7 markers
     behind = await durable(js, stream, "behind")
@@ -89,7 +90,7 @@ async def test_positions_follow_the_ack_floor_and_the_stream_end_when_caught_up(
     await consume(caught_up, 5)
     await consume(unacked, 5, ack=False)
 
-    positions = await reader_of(stream).read(nc)
+    positions = await reader_of(stream).read(port)
 
     assert positions.last_seq == 7
     by_name = {c.name: c for c in positions.consumers}
@@ -105,7 +106,7 @@ async def test_positions_follow_the_ack_floor_and_the_stream_end_when_caught_up(
 
 
 async def test_a_durable_with_data_pending_stands_past_what_it_does_not_deliver(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=2, markers=2)  # data 1-2, markers 3-4
     await js.publish(f"{stream}.east.x", b"e", stream=stream)  # 5: outside west's filter
@@ -124,7 +125,7 @@ async def test_a_durable_with_data_pending_stands_past_what_it_does_not_deliver(
     for sub in (data, west, both, everything, plain):
         await consume(sub, 2)
 
-    positions = await reader_of(stream).read(nc)
+    positions = await reader_of(stream).read(port)
 
     by_name = {c.name: c for c in positions.consumers}
     assert {name: c.ack_floor for name, c in by_name.items()} == dict.fromkeys(by_name, 2)
@@ -165,23 +166,23 @@ def test_lets_through_finds_filters_overlapping_the_markers(
 
 
 async def test_an_effective_floor_never_reaches_past_last_seq(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=1, markers=2)  # data 1, markers 2-3
     filters = (f"{stream}.west.>", f"{stream}.central.>")
     positions = EffectivePositions(stream)
-    assert await positions.read(nc, {"d": Floor(1, filters)}, 2) == {"d": 2}
+    assert await positions.read(port, {"d": Floor(1, filters)}, 2) == {"d": 2}
     # What was stored after the caller read `last_seq` is never claimed, data or not.
     await publish(js, stream, data=0, markers=1)  # 4
     await js.publish(f"{stream}.central.x", b"c", stream=stream)  # 5: delivered
-    assert await positions.read(nc, {"d": Floor(1, filters)}, 4) == {"d": 4}
-    assert await positions.read(nc, {"d": Floor(1, filters)}, 5) == {"d": 4}
+    assert await positions.read(port, {"d": Floor(1, filters)}, 4) == {"d": 4}
+    assert await positions.read(port, {"d": Floor(1, filters)}, 5) == {"d": 4}
     assert positions.known("d", Floor(1, filters), 9) == 4
     assert positions.known("d", Floor(1, filters[:1]), 9) == 1  # other filters: not known
 
 
 async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
-    nc: Client, js_server: ServerProcess, js: JetStreamContext, stream: str
+    port: JetStreamPort, js_server: ServerProcess, js: JetStreamContext, stream: str
 ) -> None:
     async with requests_on(js_server.url, f"$JS.API.STREAM.MSG.GET.{stream}") as requests:
         await publish(js, stream, data=3, markers=2)  # data 1-3, markers 4-5
@@ -195,23 +196,23 @@ async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
         await consume(sub, 1)
         reader = reader_of(stream)
         for _ in range(3):
-            [position] = (await reader.read(nc)).consumers
+            [position] = (await reader.read(port)).consumers
             assert position.mark_delete == 1
         assert await requests.count() == 2  # one per filter subject, for the first read only
         await consume(sub, 2)  # floor 3: only markers after it, nothing pending
-        [position] = (await reader.read(nc)).consumers
+        [position] = (await reader.read(port)).consumers
         assert position.mark_delete == 5
         assert await requests.count() == 2  # nothing pending: the stream's end, no scan
 
 
 async def test_unsupported_deliver_policies_are_skipped_with_a_reason(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=2)
     await durable(js, stream, "newest", deliver_policy=api.DeliverPolicy.NEW)
     await durable(js, stream, "newest_plain", metadata=None, deliver_policy=api.DeliverPolicy.NEW)
     await js.subscribe(f"{stream}.>", stream=stream)  # an ephemeral consumer: not listed
-    positions = await reader_of(stream).read(nc)
+    positions = await reader_of(stream).read(port)
     assert [c.name for c in positions.consumers] == ["newest_plain"]
     [skipped] = positions.skipped
     assert skipped.name == "newest"
@@ -219,33 +220,33 @@ async def test_unsupported_deliver_policies_are_skipped_with_a_reason(
 
 
 async def test_listing_pages_through_many_consumers(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     for i in range(260):
         await js.add_consumer(
             stream, durable_name=f"d{i}", filter_subject=f"{stream}.>", metadata=REPLICATED
         )
-    positions = await reader_of(stream).read(nc)
+    positions = await reader_of(stream).read(port)
     assert len(positions.consumers) == 260
 
 
 async def test_move_forward_resets_only_forward_and_clamps_to_the_end(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=10)
     sub = await durable(js, stream, "d")
     await consume(sub, 4)
 
-    back = await move_forward(nc, stream, "d", 2)
+    back = await move_forward(port, stream, "d", 2)
     assert not back.moved and back.ack_floor_after == 4
 
-    ahead = await move_forward(nc, stream, "d", 7)
+    ahead = await move_forward(port, stream, "d", 7)
     assert ahead.moved and (ahead.ack_floor_before, ahead.ack_floor_after) == (4, 7)
     [msg] = await sub.fetch(1, timeout=2)
     assert msg.metadata.sequence.stream == 8
     await msg.ack_sync()
 
-    beyond = await move_forward(nc, stream, "d", 1000)
+    beyond = await move_forward(port, stream, "d", 1000)
     assert beyond.moved and beyond.ack_floor_after == 10
     await publish(js, stream, data=1)
     [msg] = await sub.fetch(1, timeout=2)
@@ -253,7 +254,7 @@ async def test_move_forward_resets_only_forward_and_clamps_to_the_end(
 
 
 async def test_a_consumer_in_use_is_not_reset_over_markers_alone(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, nc: Client, js: JetStreamContext, stream: str
 ) -> None:
     """Chaos seed 508 (docs/reliability.md): the update east's own consumption echoed back
     from west named the markers after the last message east's application had acked, and
@@ -266,7 +267,7 @@ async def test_a_consumer_in_use_is_not_reset_over_markers_alone(
     waiting = asyncio.create_task(sub.fetch(1, timeout=5))  # the application, waiting
     await asyncio.sleep(0.2)
 
-    outcome = await move_forward(nc, stream, "d", 8)
+    outcome = await move_forward(port, stream, "d", 8)
 
     assert not outcome.moved and outcome.ack_floor_after == 5
     await publish(js, stream, data=1)  # seq 9
@@ -277,13 +278,13 @@ async def test_a_consumer_in_use_is_not_reset_over_markers_alone(
     assert info["ack_floor"]["stream_seq"] == 9 and info["ack_floor"]["consumer_seq"] == 6
 
     await publish(js, stream, data=2, markers=1)  # seqs 10-11 data, 12 a marker
-    over_data = await move_forward(nc, stream, "d", 12)
+    over_data = await move_forward(port, stream, "d", 12)
     assert over_data.moved and over_data.ack_floor_after == 12
 
 
 @pytest.mark.parametrize("after_info", [1, 2])
 async def test_a_client_fetching_while_its_consumer_is_moved_is_never_rewound(
-    nc: Client,
+    port: JetStreamPort,
     js: JetStreamContext,
     stream: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -310,7 +311,7 @@ async def test_a_client_fetching_while_its_consumer_is_moved_is_never_rewound(
         return reply
 
     monkeypatch.setattr(jsapi, "request", fetch_after_a_look)
-    await move_forward(nc, stream, "d", 3)
+    await move_forward(port, stream, "d", 3)
     monkeypatch.undo()
     with contextlib.suppress(TimeoutError):
         during.extend(await sub.fetch(10, timeout=2))
@@ -324,7 +325,7 @@ async def test_a_client_fetching_while_its_consumer_is_moved_is_never_rewound(
 
 
 async def test_a_move_goes_on_unpaused_when_the_server_cannot_pause(
-    nc: Client, js: JetStreamContext, stream: str, monkeypatch: pytest.MonkeyPatch
+    port: JetStreamPort, js: JetStreamContext, stream: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pause needs the JetStream meta leader, which a region that lost most of the others
     lacks; a reset does not. The move must not depend on it."""
@@ -340,38 +341,40 @@ async def test_a_move_goes_on_unpaused_when_the_server_cannot_pause(
         return await real_request(conn, op, payload, **kw)
 
     monkeypatch.setattr(jsapi, "request", no_meta_leader)
-    outcome = await move_forward(nc, stream, "d", 6)
+    outcome = await move_forward(port, stream, "d", 6)
     assert outcome.moved and outcome.ack_floor_after == 6
 
 
 async def test_moving_a_consumer_its_user_paused_leaves_it_paused(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, nc: Client, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=5)
     await durable(js, stream, "d")
     until = (datetime.now(UTC) + timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
     await jsapi.request(nc, f"CONSUMER.PAUSE.{stream}.d", {"pause_until": until}, timeout_s=5)
 
-    outcome = await move_forward(nc, stream, "d", 2)
+    outcome = await move_forward(port, stream, "d", 2)
 
     assert outcome.moved and outcome.ack_floor_after == 2
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=5)
     assert info["paused"] is True
 
 
-async def test_move_forward_of_a_missing_durable_raises_not_found(nc: Client, stream: str) -> None:
+async def test_move_forward_of_a_missing_durable_raises_not_found(
+    port: JetStreamPort, stream: str
+) -> None:
     with pytest.raises(NotFoundError):
-        await move_forward(nc, stream, "missing", 3)
+        await move_forward(port, stream, "missing", 3)
 
 
 async def test_create_consumer_copies_the_origin_config_and_starts_after_the_position(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, nc: Client, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=6)
     await durable(js, stream, "origin", max_ack_pending=17, description="from west")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
 
-    assert await create_consumer(nc, stream, "copy", origin["config"], 4) == 4
+    assert await create_consumer(port, stream, "copy", origin["config"], 4) == 4
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
     config = info["config"]
     assert config["durable_name"] == "copy"
@@ -387,40 +390,40 @@ async def test_create_consumer_copies_the_origin_config_and_starts_after_the_pos
 
 
 async def test_create_consumer_never_replaces_an_existing_one(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, nc: Client, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=6)
     await durable(js, stream, "d")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
-    assert await create_consumer(nc, stream, "d", origin["config"], 4) is None
+    assert await create_consumer(port, stream, "d", origin["config"], 4) is None
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.d", timeout_s=2)
     assert info["config"]["deliver_policy"] == "all"
 
 
 async def test_create_consumer_clamps_the_start_to_the_stream_end(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, nc: Client, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=3)
     await durable(js, stream, "origin")
     origin = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.origin", timeout_s=2)
     # Clamped to the stream's end (3): it starts at 4, its ack floor is 3.
-    floor = await create_consumer(nc, stream, "copy", origin["config"], 50)
+    floor = await create_consumer(port, stream, "copy", origin["config"], 50)
     info = await jsapi.request(nc, f"CONSUMER.INFO.{stream}.copy", timeout_s=2)
     assert info["config"]["opt_start_seq"] == 4 and floor == 3
 
 
 async def test_set_replicated_toggles_the_metadata_and_keeps_the_rest(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     await publish(js, stream, data=3)
     await durable(js, stream, "d", metadata={"team": "blue"}, max_ack_pending=9)
-    on = await set_replicated(nc, stream, "d", True)
+    on = await set_replicated(port, stream, "d", True)
     assert on.replicated and on.config["metadata"]["team"] == "blue"
     assert on.config["max_ack_pending"] == 9
-    off = await set_replicated(nc, stream, "d", False)
+    off = await set_replicated(port, stream, "d", False)
     assert not off.replicated and off.config["metadata"]["team"] == "blue"
     await durable(js, stream, "n", metadata=None, deliver_policy=api.DeliverPolicy.NEW)
     with pytest.raises(ValueError, match="deliver policy 'new'"):
-        await set_replicated(nc, stream, "n", True)
+        await set_replicated(port, stream, "n", True)
     with pytest.raises(NotFoundError):
-        await set_replicated(nc, stream, "missing", True)
+        await set_replicated(port, stream, "missing", True)

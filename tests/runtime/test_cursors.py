@@ -8,13 +8,13 @@ import uuid
 from collections.abc import Mapping
 
 import pytest
-from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
+from sidecar.nats.port import JetStreamPort
 from sidecar.nats.regional_kv import open_regional_kv
 from tests.support.api_requests import requests_on
 from tests.support.runtime_servers import ServerProcess
@@ -124,10 +124,10 @@ class CursorPositions:
         self.filters = (data_filter,)
 
     async def effective(
-        self, nc: Client, cursors: Mapping[str, int], last_seq: int
+        self, port: JetStreamPort, cursors: Mapping[str, int], last_seq: int
     ) -> dict[str, int]:
         floors = {name: Floor(value, self.filters) for name, value in cursors.items()}
-        return await self.positions.read(nc, floors, last_seq)
+        return await self.positions.read(port, floors, last_seq)
 
     def known(self, name: str, cursor: int, last_seq: int) -> int:
         return self.positions.known(name, Floor(cursor, self.filters), last_seq)
@@ -141,22 +141,24 @@ async def stream(js: JetStreamContext) -> ReadStream:
 
 
 async def test_a_cursor_followed_only_by_markers_stands_at_the_last_sequence(
-    nc: Client, stream: ReadStream
+    port: JetStreamPort, stream: ReadStream
 ) -> None:
     last_data = await stream.data(3)
     last = await stream.markers(2)
-    positions = await stream.trailing().effective(nc, {"spark": last_data, "early": 1}, last)
+    positions = await stream.trailing().effective(port, {"spark": last_data, "early": 1}, last)
     assert positions == {"spark": last, "early": 1}
 
 
-async def test_data_after_the_cursor_keeps_the_stored_value(nc: Client, stream: ReadStream) -> None:
+async def test_data_after_the_cursor_keeps_the_stored_value(
+    port: JetStreamPort, stream: ReadStream
+) -> None:
     await stream.data(2)
     await stream.markers(2)
     await stream.data()
     last = await stream.markers()
     trailing = stream.trailing()
     # Only markers between the cursor and the next data message: it stands just before it.
-    assert await trailing.effective(nc, {"a": 2, "b": 3, "c": 5}, last) == {
+    assert await trailing.effective(port, {"a": 2, "b": 3, "c": 5}, last) == {
         "a": 4,
         "b": 4,
         "c": 6,
@@ -164,38 +166,38 @@ async def test_data_after_the_cursor_keeps_the_stored_value(nc: Client, stream: 
 
 
 async def test_data_stored_after_last_seq_was_read_is_never_claimed(
-    nc: Client, stream: ReadStream
+    port: JetStreamPort, stream: ReadStream
 ) -> None:
     cursor = await stream.data(2)
     last = await stream.markers(2)
     trailing = stream.trailing()
-    assert await trailing.effective(nc, {"spark": cursor}, last) == {"spark": last}
+    assert await trailing.effective(port, {"spark": cursor}, last) == {"spark": last}
     later = await stream.markers()
     # New data lands after the caller read `later`: it is past the bound, so not claimed.
     await stream.data()
-    assert await trailing.effective(nc, {"spark": cursor}, later) == {"spark": later}
+    assert await trailing.effective(port, {"spark": cursor}, later) == {"spark": later}
     newest = await stream.markers()
-    assert await trailing.effective(nc, {"spark": cursor}, newest) == {"spark": later}
+    assert await trailing.effective(port, {"spark": cursor}, newest) == {"spark": later}
     assert trailing.known("spark", cursor, newest) == later
     assert trailing.known("spark", cursor + 1, newest) == cursor + 1
 
 
 async def test_each_stored_value_is_scanned_once_while_the_stream_is_quiet(
-    nc: Client, js_server: ServerProcess, stream: ReadStream
+    port: JetStreamPort, js_server: ServerProcess, stream: ReadStream
 ) -> None:
     async with requests_on(js_server.url, f"$JS.API.STREAM.MSG.GET.{stream.name}") as requests:
         cursor = await stream.data(2)
         last = await stream.markers()
         trailing = stream.trailing()
         for _ in range(3):
-            assert await trailing.effective(nc, {"spark": cursor}, last) == {"spark": last}
+            assert await trailing.effective(port, {"spark": cursor}, last) == {"spark": last}
         assert await requests.count() == 1
         # A cursor beyond the last sequence needs no scan at all.
-        assert await trailing.effective(nc, {"spark": last + 5}, last) == {"spark": last + 5}
+        assert await trailing.effective(port, {"spark": last + 5}, last) == {"spark": last + 5}
         assert await requests.count() == 1
 
 
-async def test_a_missing_stream_is_an_error_not_a_position(nc: Client) -> None:
+async def test_a_missing_stream_is_an_error_not_a_position(port: JetStreamPort) -> None:
     trailing = CursorPositions("no-such-stream", "orders.>")
     with pytest.raises(NotFoundError):
-        await trailing.effective(nc, {"spark": 1}, 5)
+        await trailing.effective(port, {"spark": 1}, 5)

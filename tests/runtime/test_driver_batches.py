@@ -10,6 +10,7 @@ from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import NatsConfig
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection
+from sidecar.nats.nats_port import NatsPort
 from sidecar.protocol import MachineConfig, PositionsListing, StreamMachine
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime.batches import Backlog, Batches
@@ -62,7 +63,7 @@ async def test_the_driver_posts_an_interval_only_when_the_machine_has_news_or_a_
     driver = StreamDriver(
         vs,
         MachineConfig("west", "orders", vs.regions, interval_ms=10),
-        RegionHandles("west", conn),
+        RegionHandles("west", conn, NatsPort(conn)),
         SidecarMetrics(),
     )
     queued: list[StreamDriver] = []

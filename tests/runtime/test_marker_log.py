@@ -14,7 +14,9 @@ from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
-from sidecar.nats.marker_log import MarkerPublisher, replay_markers, tail_markers
+from sidecar.nats.marker_log import replay_markers, tail_markers
+from sidecar.nats.nats_port import MarkerPublisher
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import StoredMarker
 from tests.support.runtime_servers import ServerProcess
 
@@ -33,9 +35,9 @@ async def stream(js: JetStreamContext) -> str:
     return name
 
 
-async def put_marker(nc: Client, stream: str, payload: bytes) -> int:
-    published = await MarkerPublisher().publish(
-        nc, stream, f"_rsub.{stream}.marker.west", payload, f"rsub-west-{uuid.uuid4().hex}"
+async def put_marker(port: JetStreamPort, stream: str, payload: bytes) -> int:
+    published = await port.publish(
+        stream, f"_rsub.{stream}.marker.west", payload, f"rsub-west-{uuid.uuid4().hex}"
     )
     return published.seq
 
@@ -51,13 +53,13 @@ async def collect(markers: AsyncGenerator[StoredMarker, None], n: int) -> list[S
 
 
 async def test_replay_yields_exactly_the_stored_markers_and_skips_data(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     await js.publish(f"{stream}.west.a", b"data")
-    seqs = [await put_marker(nc, stream, f"m{i}".encode()) for i in range(300)]
+    seqs = [await put_marker(port, stream, f"m{i}".encode()) for i in range(300)]
     await js.publish(f"{stream}.west.b", b"data")
 
-    replayed = [m async for m in replay_markers(js, stream, f"_rsub.{stream}.>")]
+    replayed = [m async for m in replay_markers(port, stream, f"_rsub.{stream}.>")]
     assert [m.seq for m in replayed] == seqs
     assert replayed[5].data == b"m5"
     assert replayed[5].subject == f"_rsub.{stream}.marker.west"
@@ -65,53 +67,54 @@ async def test_replay_yields_exactly_the_stored_markers_and_skips_data(
     stored = await js.get_msg(stream, seqs[5])
     assert (stored.headers or {})["Nats-Msg-Id"].startswith("rsub-west-")
 
-    later = [m async for m in replay_markers(js, stream, f"_rsub.{stream}.>", seqs[-3])]
+    later = [m async for m in replay_markers(port, stream, f"_rsub.{stream}.>", seqs[-3])]
     assert [m.seq for m in later] == seqs[-3:]
     # The ephemeral replay consumers are gone.
     assert (await js.stream_info(stream)).state.consumer_count == 0
 
 
 async def test_replay_of_a_stream_without_markers_is_empty(
-    js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     await js.publish(f"{stream}.west.a", b"data")
-    assert [m async for m in replay_markers(js, stream, f"_rsub.{stream}.>")] == []
+    assert [m async for m in replay_markers(port, stream, f"_rsub.{stream}.>")] == []
 
 
 async def test_tail_starts_at_the_given_sequence_and_sees_new_markers(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
-    first = await put_marker(nc, stream, b"old")
+    first = await put_marker(port, stream, b"old")
     await js.publish(f"{stream}.west.a", b"data")
-    second = await put_marker(nc, stream, b"kept")
-    task = asyncio.create_task(collect(tail_markers(js, stream, f"_rsub.{stream}.>", first + 1), 2))
+    second = await put_marker(port, stream, b"kept")
+    task = asyncio.create_task(
+        collect(tail_markers(port, stream, f"_rsub.{stream}.>", first + 1), 2)
+    )
     await asyncio.sleep(0.2)
-    third = await put_marker(nc, stream, b"live")
+    third = await put_marker(port, stream, b"live")
     got = await asyncio.wait_for(task, 10)
     assert [(m.seq, m.data) for m in got] == [(second, b"kept"), (third, b"live")]
 
 
 async def test_publish_with_a_repeated_msg_id_is_a_duplicate(
-    nc: Client, js: JetStreamContext, stream: str
+    port: JetStreamPort, js: JetStreamContext, stream: str
 ) -> None:
     subject = f"_rsub.{stream}.snapshot.west"
     msg_id = f"rsub-west-{uuid.uuid4().hex}"
-    publisher = MarkerPublisher()
-    first = await publisher.publish(nc, stream, subject, b"x", msg_id)
-    again = await publisher.publish(nc, stream, subject, b"x", msg_id)
+    first = await port.publish(stream, subject, b"x", msg_id)
+    again = await port.publish(stream, subject, b"x", msg_id)
     assert not first.duplicate and again.duplicate
     assert again.seq == first.seq
     assert (await js.stream_info(stream)).state.messages == 1
 
 
-async def test_publish_to_the_wrong_stream_is_refused(nc: Client, stream: str) -> None:
+async def test_publish_to_the_wrong_stream_is_refused(port: JetStreamPort, stream: str) -> None:
     with pytest.raises(APIError, match="expected stream"):
-        await MarkerPublisher().publish(nc, "other", f"_rsub.{stream}.marker.west", b"x", "id-1")
+        await port.publish("other", f"_rsub.{stream}.marker.west", b"x", "id-1")
 
 
-async def test_publish_where_no_stream_listens_is_refused(nc: Client, stream: str) -> None:
+async def test_publish_where_no_stream_listens_is_refused(port: JetStreamPort, stream: str) -> None:
     with pytest.raises(NoRespondersError):
-        await MarkerPublisher().publish(nc, stream, "_rsub.nowhere.marker.west", b"x", "id-2")
+        await port.publish(stream, "_rsub.nowhere.marker.west", b"x", "id-2")
 
 
 async def test_publish_unacknowledged_times_out(nc: Client) -> None:

@@ -1,5 +1,6 @@
 """`StreamObserver.machine_stepped` against a real `StreamMachine`: what the replay-gap gauge
-measures once updates carry progress vectors (pure: no NATS, no clock)."""
+measures once updates carry progress vectors (pure: no NATS, no clock); and the one time the
+observer reads, from the clock it is given."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sidecar.api.metrics import SidecarMetrics
 from sidecar.protocol import (
     MachineConfig,
     Marker,
+    MarkerRead,
     Output,
     PublishLocal,
     PublishReplicated,
@@ -23,6 +25,10 @@ from sidecar.runtime.observer import StreamObserver
 STREAM = "V"
 INTERVAL_MS = 1_000
 GAP = "rsub_subscription_replay_gap_messages"
+
+
+def never() -> int:
+    raise AssertionError("the gauges read no clock")
 
 
 def leader(region: str) -> StreamMachine:
@@ -64,7 +70,7 @@ def test_the_replay_gap_grows_past_the_last_snapshot_sent_while_vectors_go_out()
     sent must not reset it (that would hide the fault `RsubReplayGapHigh` is for)."""
     a = snapshotted()
     metrics = SidecarMetrics()
-    observer = StreamObserver(STREAM, metrics)
+    observer = StreamObserver(STREAM, metrics, never)
     a.positions_read({"d": 12}, 12)  # past the snapshot (local position 12): an update
     observer.machine_stepped(a)
     assert gap(metrics) == 0
@@ -87,7 +93,7 @@ def test_the_gauges_follow_each_step_and_go_with_their_subscription() -> None:
     steps that changed nothing still reaches the gauge, and a deleted subscription's series go."""
     a = snapshotted()
     metrics = SidecarMetrics()
-    observer = StreamObserver(STREAM, metrics)
+    observer = StreamObserver(STREAM, metrics, never)
     a.positions_read({"d": 12}, 12)
     for _ in range(2):  # unchanged: nothing to set
         observer.machine_stepped(a)
@@ -100,3 +106,13 @@ def test_the_gauges_follow_each_step_and_go_with_their_subscription() -> None:
     a.subscriptions_changed({})
     observer.machine_stepped(a)
     assert gap(metrics) is None
+
+
+def test_a_marker_read_is_stamped_by_the_clock_the_observer_is_given() -> None:
+    """The runtime reads the time only from its handles' clock (a simulation's virtual time
+    under simulation), never the wall clock behind its back."""
+    now = 5_000
+    observer = StreamObserver(STREAM, SidecarMetrics(), lambda: now)
+    assert observer.last_marker_age_ms("b", now) is None
+    observer.event(MarkerRead(read_seq=3, region="b"))
+    assert observer.last_marker_age_ms("b", 5_250) == 250

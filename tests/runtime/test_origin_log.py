@@ -21,6 +21,7 @@ from sidecar.config import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats import stream_reader
 from sidecar.nats.origin_log import data_entry, replay_origins, tail_origins
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime import Runtime
 from tests.support.runtime_servers import ServerProcess
@@ -91,17 +92,17 @@ async def take(entries: AsyncGenerator[DataEntry, None], n: int) -> list[DataEnt
 
 
 async def test_replay_reads_each_data_message_origin_and_no_marker(
-    js: JetStreamContext, vs: VirtualStream
+    port: JetStreamPort, js: JetStreamContext, vs: VirtualStream
 ) -> None:
     await fill(js, vs)
     marker = await js.get_last_msg(vs.read_stream("west"), vs.marker_subject("west"))
     print("a sourced header:", (marker.headers or {}).get("Nats-Stream-Source"))
 
-    entries = [e async for e in replay_origins(js, vs, "west")]
+    entries = [e async for e in replay_origins(port, vs, "west")]
     assert [e.read_seq for e in entries] == [seq for seq in range(1, 9) if seq != marker.seq]
     # Per-origin order kept; north is no region of `vs`, local has no source header.
     assert per_origin(entries) == {"west": [1, 2, 3], "east": [1, 2], UNKNOWN_ORIGIN: [0, 0]}
-    later = [e async for e in replay_origins(js, vs, "west", entries[-3].read_seq)]
+    later = [e async for e in replay_origins(port, vs, "west", entries[-3].read_seq)]
     assert later == entries[-3:]
     assert (await js.stream_info(vs.read_stream("west"))).state.consumer_count == 0
 
@@ -123,11 +124,11 @@ async def test_the_server_sends_headers_only(js: JetStreamContext, vs: VirtualSt
 
 
 async def test_origin_readers_ask_for_headers_only_on_the_data_filter(
-    js: JetStreamContext, vs: VirtualStream
+    port: JetStreamPort, js: JetStreamContext, vs: VirtualStream
 ) -> None:
     await fill(js, vs)
     read = vs.read_stream("west")
-    for reader in (replay_origins(js, vs, "west"), tail_origins(js, vs, "west", 1)):
+    for reader in (replay_origins(port, vs, "west"), tail_origins(port, vs, "west", 1)):
         async with contextlib.aclosing(reader):
             await anext(reader)
             [consumer] = await js.consumers_info(read)
@@ -136,11 +137,11 @@ async def test_origin_readers_ask_for_headers_only_on_the_data_filter(
 
 
 async def test_tail_follows_live_from_the_start_sequence(
-    js: JetStreamContext, vs: VirtualStream
+    port: JetStreamPort, js: JetStreamContext, vs: VirtualStream
 ) -> None:
     await fill(js, vs)
-    replayed = [e async for e in replay_origins(js, vs, "west")]
-    tail = asyncio.create_task(take(tail_origins(js, vs, "west", replayed[-2].read_seq), 4))
+    replayed = [e async for e in replay_origins(port, vs, "west")]
+    tail = asyncio.create_task(take(tail_origins(port, vs, "west", replayed[-2].read_seq), 4))
     await asyncio.sleep(0.2)
     await write(js, vs, "east", 1)
     await write(js, vs, "west", 1)

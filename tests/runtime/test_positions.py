@@ -17,6 +17,8 @@ from nats.js import api
 from rsub_dev.cluster import ClusterFactory
 from sidecar.naming import VirtualStream
 from sidecar.nats.cursors import CursorStore
+from sidecar.nats.nats_port import NatsPort
+from sidecar.runtime.clock import wall_clock_ms
 from sidecar.runtime.positions import LocalSubscriptions
 
 pytestmark = pytest.mark.integration
@@ -46,9 +48,9 @@ async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_p
         for msg in await sub.fetch(5, timeout=5):
             await msg.ack_sync()
         await js.create_key_value(bucket="cursors", replicas=3)
-        subscriptions = LocalSubscriptions(VS, "west")
+        subscriptions = LocalSubscriptions(VS, "west", wall_clock_ms)
         store = CursorStore(await js.key_value("cursors"))
-        assert (await subscriptions.read(nc, store, 0)).positions == {"app0": 5}
+        assert (await subscriptions.read(NatsPort(nc), store, 0)).positions == {"app0": 5}
         known = subscriptions.durables["app0"]
 
         info = await js.consumer_info(stream, "app0")
@@ -60,7 +62,7 @@ async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_p
         await cluster.stop_server("west", index, kill=False)
 
         store = CursorStore(await nc.jetstream().key_value("cursors"))
-        listing = await subscriptions.read(nc, store, 0)
+        listing = await subscriptions.read(NatsPort(nc), store, 0)
         assert listing.positions == {}, "a position read from a consumer nobody could ask"
         assert listing.subscriptions == {"app0": known}
         assert subscriptions.durables == {"app0": known}

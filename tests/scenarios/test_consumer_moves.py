@@ -14,6 +14,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from rsub_dev.cluster import ClusterFactory
 from sidecar.nats.consumers import move_forward
+from sidecar.nats.nats_port import NatsPort
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ async def test_moving_forward_does_not_rewind_what_was_delivered(
         await in_flight[0].ack_sync(timeout=5)
 
         # Ack floor 1, delivered 4: position 2 is behind the delivery.
-        outcome = await move_forward(nc, "s", "d", 2)
+        outcome = await move_forward(NatsPort(nc), "s", "d", 2)
 
         assert not outcome.moved
         for msg in in_flight[1:]:
