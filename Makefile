@@ -25,7 +25,7 @@ help:
 	@echo "make proto-format - format protos/ with buf"
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
-	@echo "make soak SECONDS=600 - run the protocol and leases simulations for as long as asked"
+	@echo "make soak SECONDS=600 - run the simulations (protocol, leases, the real runtime) for as long as asked"
 	@echo "make chaos SEEDS=10 SECONDS=60 [FIRST_SEED=1] - randomized fault campaign, a run per seed"
 	@echo "make fuzz SECONDS=60 - fuzz every target (atheris) for SECONDS each, keep new coverage"
 	@echo "make bench  - run the benchmarks under bench/"

@@ -1,7 +1,8 @@
 """Run the simulations over fresh seeds for a while: `python -m rsub_dev.sim.soak --seconds N`.
 
-Per seed, the protocol world (`world`) and the leases' world (`leases`: the real `Lease`
-over a simulated bucket on virtual time). Every run draws its parameters from its seed; the
+Per seed, the protocol world (`world`), the leases' world (`leases`: the real `Lease` over a
+simulated bucket on virtual time) and the runtime's (`shell`: the real sidecar runtime over
+the simulated JetStream on virtual time). Every run draws its parameters from its seed; the
 first violation prints the seed, the parameters and the last events, and exits with status 1.
 """
 
@@ -13,6 +14,7 @@ import sys
 import time
 
 from rsub_dev.sim.leases import run_leases
+from rsub_dev.sim.shell import run_shell
 from rsub_dev.sim.world import SimParams, run
 
 
@@ -36,10 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         runs += 1
         for key, value in result.stats.items():
             totals[key] = totals.get(key, 0) + value
-        leases = run_leases(seed)
-        for key, value in leases.stats.items():
-            totals[f"lease_{key}"] = totals.get(f"lease_{key}", 0) + value
-        for failed in (result, leases):
+        leases, shell = run_leases(seed), run_shell(seed)
+        for prefix, stats in (("lease_", leases.stats), ("shell_", shell.stats)):
+            for key, value in stats.items():
+                totals[prefix + key] = totals.get(prefix + key, 0) + value
+        for failed in (result, leases, shell):
             if failed.violation:
                 print(failed.report())
                 print(f"FAILED after {runs} runs; reproduce with --seed {seed}", file=sys.stderr)

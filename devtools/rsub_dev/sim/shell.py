@@ -1,0 +1,500 @@
+"""The sidecar's real runtime under deterministic simulation: the shell that ships.
+
+Every region runs the real `StreamDriver`, `IntervalLoop`, `Effects`, `LocalSubscriptions`
+and `Lease` (and through them the real `sidecar.nats` code above the port), over `SimPort`
+(`rsub_dev.sim.port`): a simulated JetStream on virtual time (looptime's event loop), every
+request and reply delayed, sourcing between regions delayed. Applications publish in every
+region and consume one replicated durable in its home region; at `failover_ms` the home
+region is lost (its sidecar stopped, its sourcing cut) and the application continues in the
+next region. Everything comes from one seed.
+
+Checked as the run goes:
+- moved only over consumed data: whenever a sidecar resets or creates the durable, every data
+  message it moves the durable over was consumed (in any region, by its origin);
+- reported: what a machine reports for the durable (`mark_delete`, the API's answer) is never
+  beyond where the durable stands (its ack floor, extended over what it never delivers);
+- no loss: at the end, every data message the durable passed in its home (the region failed
+  over to) was consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import looptime
+import structlog
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
+
+from rsub_dev.sim.port import LoopClock, SimNet, SimPort
+from rsub_dev.simjs import (
+    ConsumerConfig,
+    ConsumerInfo,
+    Fault,
+    Op,
+    SimJetStream,
+    SourceConfig,
+    StreamConfig,
+    SubjectTransform,
+)
+from sidecar.api.metrics import SidecarMetrics
+from sidecar.config import NatsConfig
+from sidecar.naming import VirtualStream
+from sidecar.nats.connection import NatsConnection
+from sidecar.nats.consumers import REPLICATE_KEY
+from sidecar.nats.cursors import CursorStore
+from sidecar.nats.lease import Lease, LeaseState
+from sidecar.nats.origin_log import data_entry
+from sidecar.nats.port import ApiJson
+from sidecar.nats.shards import ShardLeases
+from sidecar.protocol import MachineConfig
+from sidecar.runtime.driver import StreamDriver
+from sidecar.runtime.handles import RegionHandles
+from sidecar.runtime.intervals import IntervalLoop
+
+STREAM = "orders"
+DURABLE = "app"
+_DEDUP_WINDOW_MS = 120_000
+
+
+class Violation(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ShellParams:
+    regions: int = 2
+    interval_ms: int = 200
+    max_delay_ms: int = 5
+    link_delay_ms: int = 30
+    produce_gap_ms: int = 50
+    consume_gap_ms: int = 40
+    consume_batch: int = 5
+    failover_ms: int = 6_000
+    run_ms: int = 14_000
+    lease_ttl_ms: int = 3_000
+    action_failures: float = 0.0
+    """Of the requests that read, move or create a consumer: fail (an error, no reply, or
+    done with the reply lost) while the home region is up."""
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> ShellParams:
+        return cls(
+            regions=rng.randint(2, 3),
+            interval_ms=rng.choice([100, 200, 500]),
+            max_delay_ms=rng.choice([0, 2, 10, 40]),
+            link_delay_ms=rng.choice([5, 30, 150]),
+            produce_gap_ms=rng.choice([20, 50, 120]),
+            consume_gap_ms=rng.choice([10, 40, 100]),
+            consume_batch=rng.choice([1, 5, 20]),
+            failover_ms=rng.choice([0, 3_000, 6_000]),
+            action_failures=rng.choice([0.0, 0.0, 0.1, 0.3]),
+        )
+
+
+@dataclass
+class ShellResult:
+    seed: int
+    params: ShellParams
+    violation: str | None
+    trace: list[str]
+    stats: dict[str, int]
+
+    def report(self) -> str:
+        lines = [f"seed={self.seed} params={self.params}", f"stats={self.stats}"]
+        if self.violation:
+            lines += [f"VIOLATION: {self.violation}", "last events:", *self.trace]
+        return "\n".join(lines)
+
+
+@dataclass
+class _Region:
+    name: str
+    port: CheckedPort
+    driver: StreamDriver | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+
+class CheckedPort(SimPort):
+    """The port a sidecar gets: the simulated one, its consumer moves checked."""
+
+    def __init__(self, net: SimNet, world: ShellWorld, region: str) -> None:
+        super().__init__(net)
+        self._world = world
+        self._region = region
+
+    async def consumer_reset(
+        self, stream: str, name: str, seq: int, *, timeout_s: float
+    ) -> ApiJson:
+        def land() -> ApiJson:
+            # Checked as the reset lands, against the consumer as it is then.
+            self._world.resetting(self._region, name, seq)
+            return self._consumer_json(self._net.js.consumer_reset(stream, name, seq))
+
+        reply = await self._net.call(land)
+        self._world.moved(self._region, name, seq, "reset")
+        return reply
+
+    async def consumer_create(
+        self, stream: str, name: str, config: Mapping[str, Any], action: str, *, timeout_s: float
+    ) -> ApiJson:
+        reply = await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
+        if action == "create":
+            self._world.moved(self._region, name, int(config.get("opt_start_seq", 1)), "create")
+        return reply
+
+
+class ShellWorld:
+    def __init__(
+        self,
+        seed: int,
+        params: ShellParams,
+        driver_factory: Callable[..., StreamDriver] = StreamDriver,
+        trace_len: int = 80,
+    ) -> None:
+        self.seed = seed
+        self.p = params
+        self.rng = random.Random(seed)
+        self.driver_factory = driver_factory
+        self.vs = VirtualStream(STREAM, tuple(f"r{i}" for i in range(params.regions)))
+        self.trace: list[str] = []
+        self._trace_len = trace_len
+        self.stats: Counter[str] = Counter()
+        self.consumed: Counter[tuple[str, int]] = Counter()
+        self.violation: str | None = None
+        self._failed = asyncio.Event()
+        self._regions: dict[str, _Region] = {}
+        self._home = self.vs.regions[0]
+        self._js: SimJetStream | None = None
+        self._net: SimNet | None = None
+
+    # ---- bookkeeping --------------------------------------------------------------------
+
+    @property
+    def js(self) -> SimJetStream:
+        assert self._js is not None
+        return self._js
+
+    def _now(self) -> int:
+        return int(asyncio.get_running_loop().time() * 1000)
+
+    def note(self, what: str) -> None:
+        self.trace.append(f"{self._now():>7}ms {what}")
+        del self.trace[: -self._trace_len]
+
+    def fail(self, message: str) -> Violation:
+        if self.violation is None:
+            self.violation = message
+            self.note(f"VIOLATION {message}")
+            self._failed.set()
+        return Violation(message)
+
+    # ---- the checks ---------------------------------------------------------------------
+
+    def moved(self, region: str, durable: str, start: int, how: str) -> None:
+        """A sidecar moved or created `durable` in `region` to deliver from `start`: every
+        data message below it, above where the durable had got, must have been consumed."""
+        self.stats[f"{how}s"] += 1
+        self.note(f"{region} {how} {durable} from {start}")
+        read = self.vs.read_stream(region)
+        stream = self.js.stream(read)
+        reached = self._reached.get(region, 0)
+        for msg in stream.matching(reached + 1, (self.vs.data_filter(),), start - 1):
+            entry = data_entry(self.vs, msg.seq, msg.headers)
+            if self.consumed[(entry.origin, entry.origin_seq)] == 0:
+                raise self.fail(
+                    f"moved over unconsumed data: {region} {how} {durable} from {start}, "
+                    f"over {entry} never consumed"
+                )
+        self._reached[region] = max(reached, start - 1)
+
+    def resetting(self, region: str, durable: str, start: int) -> None:
+        """A reset of `durable` in `region` to deliver from `start` lands: it must not rewind
+        what the consumer delivered (a client fetching meanwhile would be delivered it
+        again, its acks unanswered), and must pass over at least one message it delivers
+        (a reset over markers alone gains nothing and disturbs a consumer in use)."""
+        read = self.vs.read_stream(region)
+        info = self._consumer(region, durable)
+        assert info is not None, "a reset of a durable that is not there cannot land"
+        reached = max(info.delivered.stream_seq, info.ack_floor.stream_seq)
+        if reached > start - 1:
+            raise self.fail(
+                f"rewound: {region} reset {durable} to {start}, it had delivered to {reached}"
+            )
+        over = self.js.stream(read).matching(reached + 1, (self.vs.data_filter(),), start - 1)
+        if next(over, None) is None:
+            raise self.fail(
+                f"over markers alone: {region} reset {durable} from {reached} to {start}"
+            )
+
+    def _consumer(self, region: str, durable: str) -> ConsumerInfo | None:
+        """The durable as the model holds it (no request: no fault, no delay)."""
+        consumer = self.js.stream(self.vs.read_stream(region)).consumers.get(durable)
+        return consumer.info(self.js.now_ms) if consumer is not None else None
+
+    def _standing(self, region: str) -> int | None:
+        """Where the durable stands in `region`: its ack floor extended over what it never
+        delivers (markers), or the stream's end with nothing pending (None: absent)."""
+        info = self._consumer(region, DURABLE)
+        if info is None:
+            return None
+        stream = self.js.stream(self.vs.read_stream(region))
+        floor = info.ack_floor.stream_seq
+        after = next(stream.matching(floor + 1, (self.vs.data_filter(),)), None)
+        return stream.last_seq if after is None else after.seq - 1
+
+    def check_reported(self) -> None:
+        for region in self._regions.values():
+            machine = region.driver.machine if region.driver is not None else None
+            view = machine.subscription(DURABLE) if machine is not None else None
+            if view is None or not view.exists or view.mark_delete is None:
+                continue
+            standing = self._standing(region.name)
+            if standing is None or view.mark_delete > standing:
+                raise self.fail(
+                    f"reported: {region.name} reports {DURABLE} at {view.mark_delete}, "
+                    f"it stands at {standing}"
+                )
+
+    # ---- the regions --------------------------------------------------------------------
+
+    def _topology(self) -> None:
+        vs, js = self.vs, self.js
+        for r in vs.regions:
+            js.stream_create(
+                StreamConfig(
+                    vs.write_stream(r), (vs.data_subject(r), vs.marker_subject(r)), placement=r
+                )
+            )
+        for r in vs.regions:
+            sources = tuple(
+                SourceConfig(
+                    vs.write_stream(o),
+                    subject_transforms=(
+                        SubjectTransform(vs.data_subject(o), vs.data_filter()),
+                        SubjectTransform(vs.marker_subject(o), vs.marker_subject(o)),
+                    ),
+                )
+                for o in vs.regions
+            )
+            js.stream_create(
+                StreamConfig(
+                    vs.read_stream(r),
+                    (vs.snapshot_subject(r),),
+                    duplicate_window_ms=_DEDUP_WINDOW_MS,
+                    sources=sources,
+                    placement=r,
+                )
+            )
+            js.kv_bucket_create(f"rsub-{r}", placement=r)
+            for o in vs.regions:
+                delay = self.rng.randint(1, self.p.link_delay_ms)
+                js.set_delay(vs.read_stream(r), vs.write_stream(o), delay)
+
+    async def _start_sidecar(self, region: _Region) -> None:
+        """One sidecar: the real driver, interval loop and lease, as the runtime's root
+        starts them for one stream."""
+        loop = asyncio.get_running_loop()
+        handles = _handles(region.name, region.port, LoopClock(loop).now_ms)
+        config = MachineConfig(region.name, STREAM, self.vs.regions, interval_ms=self.p.interval_ms)
+        bucket_name = f"rsub-{region.name}"
+        bucket = await region.port.key_value(bucket_name)
+        handles.cursor_store = CursorStore(bucket)
+        driver = self.driver_factory(self.vs, config, handles, SidecarMetrics())
+        region.driver = driver
+        await driver.rebuild()
+        intervals = IntervalLoop(handles, self.p.interval_ms, sweep_intervals=30)
+
+        def led(state: LeaseState) -> None:
+            self.note(f"{region.name} leader={state.leader} epoch={state.epoch}")
+            driver.leadership(state.leader, state.epoch)
+
+        lease = Lease(
+            bucket, f"{region.name}-0", self.p.lease_ttl_ms / 1000, on_change=led, clock=loop.time
+        )
+        _lead_with(handles, lease)
+        region.tasks += [
+            loop.create_task(driver.drive()),
+            loop.create_task(driver.tail()),
+            loop.create_task(driver.index()),
+            loop.create_task(intervals.run()),
+            loop.create_task(intervals.follow_cursors(bucket_name)),
+            loop.create_task(self._lease_rounds(lease)),
+        ]
+        await intervals.add(driver)
+
+    async def _lease_rounds(self, lease: Lease) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError, NatsError):
+                await lease.step()
+            await asyncio.sleep(self.p.lease_ttl_ms / 3000)
+
+    async def _stop_sidecar(self, region: _Region) -> None:
+        for task in region.tasks:
+            task.cancel()
+        await asyncio.gather(*region.tasks, return_exceptions=True)
+        region.tasks.clear()
+
+    # ---- applications -------------------------------------------------------------------
+
+    async def _produce(self, region: str, until_ms: int) -> None:
+        n = 0
+        while self._now() < until_ms:
+            await asyncio.sleep(self.rng.randint(1, 2 * self.p.produce_gap_ms) / 1000)
+            if region not in self._live:
+                return
+            n += 1
+            subject = self.vs.publish_subject(region, "x")
+            self.js.publish(subject, f"{region}-{n}".encode(), {"Nats-Msg-Id": f"{region}-{n}"})
+            self.stats["published"] += 1
+
+    def _create_durable(self, region: str) -> None:
+        read = self.vs.read_stream(region)
+        config = ConsumerConfig(DURABLE, (self.vs.data_filter(),), metadata={REPLICATE_KEY: "true"})
+        self.js.consumer_create(read, config)
+        assert self._net is not None
+        self._net.signal(f"$JS.EVENT.ADVISORY.CONSUMER.CREATED.{read}.{DURABLE}")
+
+    async def _consume(self, region: str, until_ms: int) -> None:
+        """The application, consuming the durable in `region` while it is its home."""
+        read = self.vs.read_stream(region)
+        assert self._net is not None
+        while self._now() < until_ms and self._home == region:
+            await asyncio.sleep(self.rng.randint(1, 2 * self.p.consume_gap_ms) / 1000)
+            self.js.settle()
+            try:
+                deliveries = self.js.fetch(read, DURABLE, self.p.consume_batch)
+            except NotFoundError:
+                continue  # not created here yet
+            for d in deliveries:
+                entry = data_entry(self.vs, d.stream_seq, d.headers)
+                key = (entry.origin, entry.origin_seq)
+                if self.consumed[key]:
+                    self.stats["duplicates"] += 1
+                self.consumed[key] += 1
+                self.js.ack(read, DURABLE, d.stream_seq)
+                self._net.signal(f"$JS.ACK.{read}.{DURABLE}.1.{d.stream_seq}.{d.consumer_seq}")
+            self.stats["consumed"] += len(deliveries)
+            if deliveries:
+                self.note(f"{region} consumed {len(deliveries)} to {deliveries[-1].stream_seq}")
+
+    async def _failover(self) -> None:
+        """The home region is lost: its sidecar stops, its sourcing is cut; the application
+        continues in the next region."""
+        lost, self._home = self._home, self.vs.regions[1]
+        self.note(f"{lost} lost; {self._home} takes over")
+        self._live.discard(lost)
+        self.js.partition(lost)
+        await self._stop_sidecar(self._regions[lost])
+        self.stats["failovers"] += 1
+
+    async def _checks(self) -> None:
+        while True:
+            await asyncio.sleep(self.p.interval_ms / 1000)
+            self.js.settle()
+            self.check_reported()
+
+    async def _main(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._js = SimJetStream(LoopClock(loop), rng=random.Random(self.seed ^ 0x5EA))
+        self._net = SimNet(self._js, self.rng, self.p.max_delay_ms)
+        self._reached: dict[str, int] = {}
+        self._live = set(self.vs.regions)
+        self._topology()
+        self._create_durable(self._home)
+        if self.p.action_failures:
+            self.js.faults.fail_randomly(
+                self.p.action_failures,
+                [Fault.ERROR, Fault.TIMEOUT, Fault.REPLY_LOST],
+                ops=[Op.CONSUMER_INFO, Op.CONSUMER_RESET, Op.CONSUMER_CREATE, Op.MSG_GET],
+                targets=[self.vs.read_stream(r) for r in self.vs.regions],
+            )
+        tasks = [loop.create_task(self._net.run())]
+        try:
+            for name in self.vs.regions:
+                region = self._regions[name] = _Region(name, CheckedPort(self._net, self, name))
+                await self._start_sidecar(region)
+            produce_until = self.p.run_ms - 4_000
+            tasks += [loop.create_task(self._produce(r, produce_until)) for r in self.vs.regions]
+            tasks.append(loop.create_task(self._checks()))
+            tasks.append(loop.create_task(self._consume(self._home, self.p.run_ms)))
+            if self.p.failover_ms:
+                if await self._until(self.p.failover_ms):
+                    return
+                await self._failover()
+                tasks.append(loop.create_task(self._consume(self._home, self.p.run_ms)))
+            if await self._until(self.p.run_ms):
+                return
+            self._check_no_loss()
+        finally:
+            for region in self._regions.values():
+                await self._stop_sidecar(region)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _check_no_loss(self) -> None:
+        """Every data message the durable has passed where it is consumed now was consumed
+        (what lies after it, it delivers next)."""
+        self.js.settle()
+        info = self._consumer(self._home, DURABLE)
+        if info is None:
+            raise self.fail(f"loss: {DURABLE} is not there in {self._home}, its home now")
+        read = self.vs.read_stream(self._home)
+        passed = info.ack_floor.stream_seq
+        for msg in self.js.stream(read).matching(1, (self.vs.data_filter(),), passed):
+            entry = data_entry(self.vs, msg.seq, msg.headers)
+            if not self.consumed[(entry.origin, entry.origin_seq)]:
+                raise self.fail(f"loss: {entry} in {self._home} never consumed")
+
+    async def _until(self, at_ms: int) -> bool:
+        remaining = at_ms / 1000 - asyncio.get_running_loop().time()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._failed.wait(), max(0.0, remaining))
+        return self.violation is not None
+
+    def run(self) -> ShellResult:
+        loop = looptime.new_event_loop(start=0)
+        try:
+            with structlog.testing.capture_logs():
+                loop.run_until_complete(self._main())
+        except Violation:
+            pass  # recorded (`fail`)
+        finally:
+            loop.close()
+        return ShellResult(self.seed, self.p, self.violation, list(self.trace), dict(self.stats))
+
+
+def _handles(region: str, port: SimPort, clock: Callable[[], int]) -> RegionHandles:
+    """The region's handles over the simulated port (the runtime's root builds them over
+    the connection): connected, as far as the runtime asks."""
+    connection = NatsConnection(NatsConfig(servers=("nats://sim.invalid:4222",)), name=region)
+    connection.connected = True
+    return RegionHandles(region, connection, port, clock=clock)
+
+
+class _OneShard:
+    """The stream's leadership is one lease here (the root gives each stream its shard's
+    lease of `ShardLeases`, whose membership listing is not a port operation yet)."""
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def for_stream(self, stream: str) -> Lease:
+        return self._lease
+
+
+def _lead_with(handles: RegionHandles, lease: Lease) -> None:
+    handles.leases = cast(ShardLeases, _OneShard(lease))
+
+
+def run_shell(seed: int, params: ShellParams | None = None, **kwargs: Any) -> ShellResult:
+    if params is None:
+        params = ShellParams.draw(random.Random(seed ^ 0x5E11))
+    return ShellWorld(seed, params, **kwargs).run()
