@@ -57,8 +57,9 @@ def objects(helm_tool: ModuleType, values: dict[str, Any], release: str) -> dict
 
 
 def sidecar_container(objs: dict[str, Any]) -> dict[str, Any]:
-    (container,) = objs["Deployment"]["spec"]["template"]["spec"]["containers"]
-    assert isinstance(container, dict)
+    """The sidecar's container: the pod's first (extraContainers come after it)."""
+    container = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert isinstance(container, dict) and container["name"] == "sidecar"
     return container
 
 
@@ -174,7 +175,9 @@ def test_security_context_and_resources(helm_tool: ModuleType, values_file: Path
     pod = objs["Deployment"]["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["automountServiceAccountToken"] is False
-    for container in [*pod["containers"], *objs["Pod"]["spec"]["containers"]]:
+    # The ci files' init and extra containers are hardened as the chart's own.
+    containers = [*pod.get("initContainers", []), *pod["containers"]]
+    for container in [*containers, *objs["Pod"]["spec"]["containers"]]:
         sc = container["securityContext"]
         assert sc["runAsNonRoot"] is True
         assert sc["readOnlyRootFilesystem"] is True
@@ -346,6 +349,7 @@ def test_ci_values_exist(helm_tool: ModuleType) -> None:
         "minimal-values.yaml",
         "mtls-values.yaml",
         "off-values.yaml",
+        "podmonitor-values.yaml",
     ]
 
 
@@ -390,6 +394,31 @@ def test_ci_values_set_every_value(helm_tool: ModuleType, chart_readme: ModuleTy
             "at '/serviceMonitor': additional properties 'metricsRelabelings'",
         ),
         ("image.registy=r.example.com", "at '/image': additional properties 'registy'"),
+        (
+            "serviceMonitor.tlsConfig.insecureSkipVerfy=true",
+            "at '/serviceMonitor/tlsConfig': additional properties 'insecureSkipVerfy'",
+        ),
+        (
+            "serviceMonitor.targetLabel={app}",
+            "at '/serviceMonitor': additional properties 'targetLabel'",
+        ),
+        # A PodMonitor's TLS is the CRD's SafeTLSConfig: no files of Prometheus' container.
+        (
+            "podMonitor.tlsConfig.caFile=/etc/ca.pem",
+            "at '/podMonitor/tlsConfig': additional properties 'caFile'",
+        ),
+        (
+            "podMonitor.targetLabels={app}",
+            "at '/podMonitor': additional properties 'targetLabels'",
+        ),
+        ("podMonitor.honorLabel=true", "at '/podMonitor': additional properties 'honorLabel'"),
+        (
+            "topologySpreadConstraint[0].maxSkew=1",
+            "additional properties 'topologySpreadConstraint'",
+        ),
+        ("extraContainer[0].name=x", "additional properties 'extraContainer'"),
+        ("initContainer[0].name=x", "additional properties 'initContainer'"),
+        ("lifeCycle.preStop.exec.command={sleep}", "additional properties 'lifeCycle'"),
     ],
 )
 def test_a_typo_in_values_fails_lint_and_install_naming_it(
@@ -584,6 +613,227 @@ def test_network_policy_extra_rules(helm_tool: ModuleType) -> None:
     assert spec["ingress"] == [*plain["ingress"], ingress]
     assert spec["egress"] == [*plain["egress"], egress]
     helm_tool.validate(helm_tool.render(CHART, values, name="r"), ["1.33"])
+
+
+def test_service_monitor_job_target_labels_honor_labels_and_tls(helm_tool: ModuleType) -> None:
+    tls = {
+        "caFile": "/etc/prom-certs/root-cert.pem",
+        "certFile": "/etc/prom-certs/cert-chain.pem",
+        "keyFile": "/etc/prom-certs/key.pem",
+        "insecureSkipVerify": True,
+    }
+    monitor = {
+        "enabled": True,
+        "jobLabel": "rsub.io/region",
+        "targetLabels": ["app.kubernetes.io/version"],
+        "honorLabels": True,
+        "tlsConfig": tls,
+    }
+    values = minimal(
+        helm_tool, serviceMonitor=monitor, networkPolicy={"httpFrom": PROMETHEUS_PEERS}
+    )
+    objs = objects(helm_tool, values, "rsub-west")
+    spec = objs["ServiceMonitor"]["spec"]
+    assert spec["jobLabel"] == "rsub.io/region"
+    # The job label's value differs per region: the Service has it.
+    assert objs["Service"]["metadata"]["labels"]["rsub.io/region"] == "west"
+    assert spec["targetLabels"] == ["app.kubernetes.io/version"]
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["honorLabels"] is True
+    # TLS means https: Prometheus ignores a tlsConfig on an http scrape.
+    assert (endpoint["scheme"], endpoint["tlsConfig"]) == ("https", tls)
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
+    # Left at their defaults, none of them is rendered (plain http, the Service's name as job).
+    default = objects(
+        helm_tool,
+        minimal(
+            helm_tool,
+            serviceMonitor={"enabled": True},
+            networkPolicy={"httpFrom": PROMETHEUS_PEERS},
+        ),
+        "r",
+    )["ServiceMonitor"]["spec"]
+    assert not default.keys() & {"jobLabel", "targetLabels", "podTargetLabels"}
+    assert not default["endpoints"][0].keys() & {"honorLabels", "scheme", "tlsConfig"}
+
+
+def test_pod_monitor_scrapes_the_sidecar_pods(helm_tool: ModuleType) -> None:
+    values = values_of(helm_tool, CHART / "ci" / "podmonitor-values.yaml")
+    objs = objects(helm_tool, values, "rsub-central")
+    assert "ServiceMonitor" not in objs
+    pm = objs["PodMonitor"]
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["metadata"]["namespace"] == "monitoring"
+    assert pm["metadata"]["labels"]["release"] == "prometheus"
+    spec = pm["spec"]
+    pod = objs["Deployment"]["spec"]["template"]
+    # It selects the sidecar pods of this release (not the helm test pod), in the release's
+    # namespace.
+    assert spec["selector"]["matchLabels"] == objs["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert not spec["selector"]["matchLabels"].items() <= objs["Pod"]["metadata"]["labels"].items()
+    assert spec["namespaceSelector"] == {"matchNames": ["rsub"]}
+    assert spec["jobLabel"] == "rsub.io/region"
+    assert spec["podTargetLabels"] == ["app.kubernetes.io/version"]
+    assert "targetLabels" not in spec and "endpoints" not in spec
+    (endpoint,) = spec["podMetricsEndpoints"]
+    # `port` names a port of the sidecar container, the one serving /metrics.
+    ports = {p["name"]: p["containerPort"] for p in sidecar_container(objs)["ports"]}
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
+    assert ports["http"] == 8080
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("20s", "15s")
+    assert endpoint["honorLabels"] is True
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == values["podMonitor"]["tlsConfig"]
+    # The region as `rsub_region` (RsubRegionDown), from the pod's label this time; then the
+    # values' relabelings.
+    assert pod["metadata"]["labels"]["rsub.io/region"] == "central"
+    assert endpoint["relabelings"] == [
+        {
+            "sourceLabels": ["__meta_kubernetes_pod_label_rsub_io_region"],
+            "targetLabel": "rsub_region",
+        },
+        *values["podMonitor"]["relabelings"],
+    ]
+    assert endpoint["metricRelabelings"] == values["podMonitor"]["metricRelabelings"]
+    # Defaults: the release's namespace, plain http, no extra keys.
+    default = objects(
+        helm_tool,
+        minimal(helm_tool, podMonitor={"enabled": True}, networkPolicy={"enabled": False}),
+        "r",
+    )["PodMonitor"]
+    assert default["metadata"]["namespace"] == "rsub"
+    assert not default["spec"].keys() & {"jobLabel", "podTargetLabels"}
+    (plain,) = default["spec"]["podMetricsEndpoints"]
+    assert plain["relabelings"] == endpoint["relabelings"][:1]
+    assert not plain.keys() & {"honorLabels", "scheme", "tlsConfig", "metricRelabelings"}
+
+
+def test_service_monitor_and_pod_monitor_exclude_each_other(helm_tool: ModuleType) -> None:
+    values = minimal(
+        helm_tool,
+        serviceMonitor={"enabled": True},
+        podMonitor={"enabled": True},
+        networkPolicy={"httpFrom": PROMETHEUS_PEERS},
+    )
+    with pytest.raises(helm_tool.ChartError) as failed:
+        helm_tool.render(CHART, values)
+    message = str(failed.value)
+    assert "serviceMonitor.enabled and podMonitor.enabled are both true: choose one" in message
+    assert "scrape every sidecar twice" in message
+
+
+def test_pod_monitor_needs_the_network_policy_to_let_prometheus_in(helm_tool: ModuleType) -> None:
+    values = minimal(helm_tool, podMonitor={"enabled": True})
+    with pytest.raises(helm_tool.ChartError) as failed:
+        helm_tool.render(CHART, values)
+    assert "podMonitor.enabled with networkPolicy.httpFrom empty" in str(failed.value)
+    values["networkPolicy"] = {"httpFrom": PROMETHEUS_PEERS}
+    assert "PodMonitor" in objects(helm_tool, values, "r")
+
+
+def test_topology_spread_constraints_of_ones_own(helm_tool: ModuleType) -> None:
+    def spread(values: dict[str, Any]) -> Any:
+        pod = objects(helm_tool, values, "rsub-west")["Deployment"]["spec"]["template"]["spec"]
+        return pod.get("topologySpreadConstraints")
+
+    selector = {
+        "app.kubernetes.io/name": "rsub-sidecar",
+        "app.kubernetes.io/instance": "rsub-west",
+        "app.kubernetes.io/component": "sidecar",
+    }
+    # Without them: the chart's, as before (zones, then nodes).
+    chart = spread(minimal(helm_tool))
+    assert [(c["topologyKey"], c["maxSkew"], c["whenUnsatisfiable"]) for c in chart] == [
+        ("topology.kubernetes.io/zone", 1, "ScheduleAnyway"),
+        ("kubernetes.io/hostname", 1, "ScheduleAnyway"),
+    ]
+    assert all(c["labelSelector"] == {"matchLabels": selector} for c in chart)
+    assert spread(minimal(helm_tool, topologySpread={"enabled": False})) is None
+    # With them: theirs instead of the chart's (topologySpread.enabled or not); one without a
+    # labelSelector counts this release's sidecar pods of the same revision.
+    rack = {"maxSkew": 1, "topologyKey": "example.com/rack", "whenUnsatisfiable": "DoNotSchedule"}
+    zone = {
+        "maxSkew": 2,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/part-of": "rsub"}},
+    }
+    for enabled in (True, False):
+        values = minimal(
+            helm_tool, topologySpreadConstraints=[rack, zone], topologySpread={"enabled": enabled}
+        )
+        assert spread(values) == [
+            {
+                **rack,
+                "labelSelector": {"matchLabels": selector},
+                "matchLabelKeys": ["pod-template-hash"],
+            },
+            zone,
+        ]
+    helm_tool.validate(helm_tool.render(CHART, values, name="rsub-west"), ["1.33"])
+
+
+def test_topology_spread_constraints_need_the_kubernetes_fields(helm_tool: ModuleType) -> None:
+    values = minimal(helm_tool, topologySpreadConstraints=[{"topologyKey": "example.com/rack"}])
+    with pytest.raises(helm_tool.ChartError, match="at '/topologySpreadConstraints/0': missing"):
+        helm_tool.render(CHART, values)
+
+
+def test_init_containers_extra_containers_and_lifecycle(helm_tool: ModuleType) -> None:
+    init = {"name": "wait", "image": "busybox:1.37", "command": ["sh", "-c", "true"]}
+    extra = {"name": "forwarder", "image": "forwarder:2", "args": ["--to", "collector:4317"]}
+    lifecycle = {"preStop": {"exec": {"command": ["sleep", "5"]}}}
+    values = minimal(helm_tool, initContainers=[init], extraContainers=[extra], lifecycle=lifecycle)
+    objs = objects(helm_tool, values, "r")
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["initContainers"] == [init]
+    # The sidecar first (probes, the helm test and `kubectl logs` default to it), then theirs.
+    assert [c["name"] for c in pod["containers"]] == ["sidecar", "forwarder"]
+    assert pod["containers"][1] == extra
+    assert sidecar_container(objs)["lifecycle"] == lifecycle
+    helm_tool.validate(helm_tool.render(CHART, values, name="r"), ["1.29", "1.37"])
+    # Without them: the sidecar alone, no hooks.
+    plain = objects(helm_tool, minimal(helm_tool), "r")
+    plain_pod = plain["Deployment"]["spec"]["template"]["spec"]
+    assert "initContainers" not in plain_pod
+    assert [c["name"] for c in plain_pod["containers"]] == ["sidecar"]
+    assert "lifecycle" not in sidecar_container(plain)
+
+
+@pytest.mark.parametrize(
+    ("own", "global_secrets", "expected"),
+    [
+        ([], None, None),
+        ([{"name": "own"}], None, ["own"]),
+        ([], ["shared"], ["shared"]),
+        # The chart's first, then global's in either form, each name once.
+        (
+            [{"name": "own"}],
+            ["shared", {"name": "own"}, {"name": "other"}],
+            ["own", "shared", "other"],
+        ),
+    ],
+)
+def test_global_image_pull_secrets(
+    helm_tool: ModuleType, own: list[Any], global_secrets: list[Any] | None, expected: Any
+) -> None:
+    values = minimal(helm_tool, imagePullSecrets=own)
+    if global_secrets is not None:
+        values["global"] = {"imagePullSecrets": global_secrets}
+    objs = objects(helm_tool, values, "r")
+    # The sidecar pods and the helm test pod (the same image by default) pull alike.
+    for pod in (objs["Deployment"]["spec"]["template"]["spec"], objs["Pod"]["spec"]):
+        secrets = pod.get("imagePullSecrets")
+        assert (secrets and [s["name"] for s in secrets]) == expected
+    helm_tool.validate(helm_tool.render(CHART, values, name="r"), ["1.33"])
+
+
+def test_global_image_pull_secrets_must_name_a_secret(helm_tool: ModuleType) -> None:
+    values = minimal(helm_tool)
+    values["global"] = {"imagePullSecrets": [{"nmae": "shared"}]}
+    with pytest.raises(helm_tool.ChartError, match="at '/global/imagePullSecrets/0'"):
+        helm_tool.render(CHART, values)
 
 
 @pytest.mark.parametrize(

@@ -165,29 +165,50 @@ def test_rule_thresholds_come_from_values(helm_tool: ModuleType) -> None:
     assert rules["RsubReplayGapHigh"] == "rsub_subscription_replay_gap_messages > 7"
 
 
-def runbook_anchors() -> set[str]:
-    """The anchors of docs/operations.md's headings, as GitHub makes them."""
-    headings = re.findall(r"^#+ (.+)$", (ROOT / "docs" / "operations.md").read_text(), re.M)
-    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+def runbook_sections() -> dict[str, str]:
+    """The sections of docs/operations.md by the anchor GitHub makes of their heading: the
+    text down to the next heading (lines of code blocks are never headings)."""
+    sections: dict[str, str] = {}
+    anchor, fenced = "", False
+    for line in (ROOT / "docs" / "operations.md").read_text().splitlines():
+        fenced ^= line.startswith("```")
+        heading = None if fenced else re.match(r"#+ (.+)$", line)
+        if heading:
+            title = heading.group(1).strip().lower()
+            anchor = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+            sections[anchor] = ""
+        elif anchor:
+            sections[anchor] += line + "\n"
+    return sections
 
 
-def test_runbook_urls_point_at_sections_of_the_operations_page(helm_tool: ModuleType) -> None:
+def test_every_alert_links_to_its_own_runbook_section(helm_tool: ModuleType) -> None:
+    """Each alert's runbook_url is prometheusRule.runbookBaseUrl and the anchor of a section
+    of docs/operations.md that is its own: no other alert links there, and it names the
+    alert."""
     rules = rendered_rules(helm_tool, "full-values.yaml")
     base = "https://git.example.com/data-platform/rsub/blob/v0.1.0/docs/operations.md#"
-    urls = {
-        r["alert"]: r["annotations"]["runbook_url"]
-        for r in rules
-        if "runbook_url" in r.get("annotations", {})
-    }
-    assert {"RsubRegionDown", "RsubSidecarDown"} <= urls.keys()
-    anchors = runbook_anchors()
-    for alert, url in urls.items():
+    sections = runbook_sections()
+    anchors = {}
+    for rule in rules:
+        alert, url = rule["alert"], rule["annotations"].get("runbook_url", "")
         assert url.startswith(base), (alert, url)
-        assert url.removeprefix(base) in anchors, (alert, url)
-    default = rendered_rules(helm_tool, "minimal-values.yaml")
-    assert default[0]["annotations"]["runbook_url"] == (
-        "docs/operations.md#no-sidecar-of-a-region-is-scraped"
+        anchor = anchors[alert] = url.removeprefix(base)
+        assert anchor in sections, (alert, url)
+        assert f"`{alert}`" in sections[anchor], (alert, anchor)
+    assert len(anchors) == len(rules) == len(documented_alerts())
+    assert len(set(anchors.values())) == len(anchors), anchors
+    # The page's own table of the alerts ("Dashboard and alerts") links the same sections.
+    table = re.findall(
+        r"^\| `(Rsub\w+)` \| \[[^]]+\]\(#([\w-]+)\) \|$",
+        (ROOT / "docs" / "operations.md").read_text(),
+        re.M,
     )
+    assert dict(table) == anchors
+    default = rendered_rules(helm_tool, "minimal-values.yaml")
+    assert {r["alert"]: r["annotations"]["runbook_url"] for r in default} == {
+        alert: f"docs/operations.md#{anchor}" for alert, anchor in anchors.items()
+    }
 
 
 def test_a_region_without_a_sidecar_up_fires(helm_tool: ModuleType, tmp_path: Path) -> None:

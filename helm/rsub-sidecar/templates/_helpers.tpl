@@ -84,6 +84,28 @@ The `annotations:` of an object's metadata (a new line, indented 2), `dict "ctx"
 {{- end }}
 {{- end }}
 
+{{/*
+The `imagePullSecrets:` of a pod: imagePullSecrets, then
+global.imagePullSecrets (`{name: ...}` or a bare name, as umbrella charts write them), each
+name once; nothing when both are empty.
+*/}}
+{{- define "rsub-sidecar.imagePullSecrets" -}}
+{{- $names := list }}
+{{- range concat .Values.imagePullSecrets (.Values.global.imagePullSecrets | default list) }}
+{{- if kindIs "map" . }}
+{{- $names = append $names .name }}
+{{- else }}
+{{- $names = append $names . }}
+{{- end }}
+{{- end }}
+{{- with uniq $names }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* listenHost as it goes before ":port" (IPv6 addresses in brackets). */}}
 {{- define "rsub-sidecar.listenHost" -}}
 {{- if contains ":" .Values.listenHost }}[{{ .Values.listenHost }}]{{ else }}{{ .Values.listenHost }}{{ end }}
