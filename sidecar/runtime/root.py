@@ -283,9 +283,9 @@ class Runtime(RuntimeBackend):
         await self._retry(f"rebuild {name}", driver.rebuild)
         tasks = self._stream_tasks.setdefault(name, [])
         tasks.append(self._spawn(driver.drive(), f"drive-{name}"))
-        tasks.append(self._spawn(driver.tail(), f"tail-{name}"))
+        tasks.append(self._spawn(driver.tails.markers(), f"tail-{name}"))
         # The data tail runs with progress off too: new data is what starts a snapshot.
-        tasks.append(self._spawn(driver.index(), f"index-{name}"))
+        tasks.append(self._spawn(driver.tails.origins(), f"index-{name}"))
         await self._retry(f"consumer signals {name}", partial(self._intervals.add, driver))
 
     def _add_stream(self, vs: VirtualStream) -> None:

@@ -321,8 +321,8 @@ class ShellWorld:
         _lead_with(handles, lease)
         region.tasks += [
             loop.create_task(driver.drive()),
-            loop.create_task(driver.tail()),
-            loop.create_task(driver.index()),
+            loop.create_task(driver.tails.markers()),
+            loop.create_task(driver.tails.origins()),
             loop.create_task(intervals.run()),
             loop.create_task(intervals.follow_cursors(bucket_name)),
             loop.create_task(self._lease_rounds(lease)),
