@@ -79,6 +79,11 @@ class ShellParams:
     failover_ms: int = 6_000
     run_ms: int = 14_000
     lease_ttl_ms: int = 3_000
+    crashes: bool = False
+    """Sidecars crash and restart (rebuilt from their read stream, a new lease holder)
+    before the failover."""
+    partitions: bool = False
+    """Regions other than the home are cut from the others for a while, then healed."""
     action_failures: float = 0.0
     """Of the requests that read, move or create a consumer: fail (an error, no reply, or
     done with the reply lost) while the home region is up."""
@@ -95,6 +100,8 @@ class ShellParams:
             consume_batch=rng.choice([1, 5, 20]),
             failover_ms=rng.choice([0, 3_000, 6_000]),
             action_failures=rng.choice([0.0, 0.0, 0.1, 0.3]),
+            crashes=rng.random() < 0.5,
+            partitions=rng.random() < 0.5,
         )
 
 
@@ -119,6 +126,7 @@ class _Region:
     port: CheckedPort
     driver: StreamDriver | None = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    starts: int = 0
 
 
 class CheckedPort(SimPort):
@@ -315,9 +323,9 @@ class ShellWorld:
             self.note(f"{region.name} leader={state.leader} epoch={state.epoch}")
             driver.leadership(state.leader, state.epoch)
 
-        lease = Lease(
-            bucket, f"{region.name}-0", self.p.lease_ttl_ms / 1000, on_change=led, clock=loop.time
-        )
+        region.starts += 1
+        holder = f"{region.name}-{region.starts}"
+        lease = Lease(bucket, holder, self.p.lease_ttl_ms / 1000, on_change=led, clock=loop.time)
         _lead_with(handles, lease)
         region.tasks += [
             loop.create_task(driver.drive()),
@@ -394,6 +402,38 @@ class ShellWorld:
         await self._stop_sidecar(self._regions[lost])
         self.stats["failovers"] += 1
 
+    async def _chaos(self, until_ms: int) -> None:
+        """Until `until_ms`: sidecars crash and come back (rebuilt from their read stream,
+        under a new lease holder), and regions other than the home are cut off and healed."""
+        rng, p = self.rng, self.p
+        while True:
+            await asyncio.sleep(rng.randint(500, 3_000) / 1000)
+            if self._now() >= until_ms:
+                return
+            kinds = [k for k, on in (("crash", p.crashes), ("cut", p.partitions)) if on]
+            if not kinds:
+                return
+            kind = rng.choice(kinds)
+            if kind == "crash":
+                region = self._regions[rng.choice(sorted(self._live))]
+                self.note(f"{region.name} sidecar crashes")
+                self.stats["crashes"] += 1
+                await self._stop_sidecar(region)
+                await asyncio.sleep(rng.randint(100, 2_000) / 1000)
+                if region.name in self._live:  # not lost meanwhile
+                    self.note(f"{region.name} sidecar restarts")
+                    await self._start_sidecar(region)
+            else:
+                cut = rng.choice([r for r in sorted(self._live) if r != self._home] or [None])
+                if cut is None:
+                    continue
+                self.note(f"{cut} cut off")
+                self.stats["partitions"] += 1
+                self.js.partition(cut)
+                await asyncio.sleep(rng.randint(200, 3_000) / 1000)
+                self.note(f"{cut} healed")
+                self.js.partition(cut, cut=False)
+
     async def _checks(self) -> None:
         while True:
             await asyncio.sleep(self.p.interval_ms / 1000)
@@ -423,6 +463,8 @@ class ShellWorld:
             produce_until = self.p.run_ms - 4_000
             tasks += [loop.create_task(self._produce(r, produce_until)) for r in self.vs.regions]
             tasks.append(loop.create_task(self._checks()))
+            chaos_until = self.p.failover_ms or self.p.run_ms - 5_000
+            tasks.append(loop.create_task(self._chaos(chaos_until)))
             tasks.append(loop.create_task(self._consume(self._home, self.p.run_ms)))
             if self.p.failover_ms:
                 if await self._until(self.p.failover_ms):
