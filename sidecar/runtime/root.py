@@ -257,7 +257,7 @@ class Runtime(RuntimeBackend):
         # (`members.<holder>`) and the cursors (`cursors.<V>`).
         self._handles.cursor_store = CursorStore(kv)
         lease = self.config.lease
-        member = Member(kv, conn.nc, bucket, self.holder, lease.ttl_s, lease.shards)
+        member = Member(kv, self._handles.port, bucket, self.holder, lease.ttl_s, lease.shards)
         leases = ShardLeases(member, on_change=self._on_shard)
         self._handles.leases = leases
         self._spawn(leases.run(), "leases")
