@@ -72,8 +72,18 @@ class NatsPort:
 
     # ---- streams ------------------------------------------------------------------------
 
-    async def stream_info(self, stream: str, *, timeout_s: float) -> ApiJson:
-        return await jsapi.request(self._nats.nc, f"STREAM.INFO.{stream}", timeout_s=timeout_s)
+    async def stream_info(
+        self, stream: str, *, subjects_filter: str | None = None, timeout_s: float
+    ) -> ApiJson:
+        query = None if subjects_filter is None else {"subjects_filter": subjects_filter}
+        return await jsapi.request(
+            self._nats.nc, f"STREAM.INFO.{stream}", query, timeout_s=timeout_s
+        )
+
+    async def stream_purge(self, stream: str, subject: str, *, timeout_s: float) -> ApiJson:
+        return await jsapi.request(
+            self._nats.nc, f"STREAM.PURGE.{stream}", {"filter": subject}, timeout_s=timeout_s
+        )
 
     async def msg_get(
         self, stream: str, seq: int, *, next_by_subj: str | None = None, timeout_s: float

@@ -61,6 +61,7 @@ class KeyValueBucket(Protocol):
     existing key) `KeyWrongLastSequenceError`."""
 
     async def get(self, key: str) -> KeyEntry: ...
+    async def put(self, key: str, value: bytes) -> int: ...
     async def create(self, key: str, value: bytes) -> int: ...
     async def update(self, key: str, value: bytes, last: int) -> int: ...
     async def delete(self, key: str, last: int | None = None) -> object: ...
@@ -75,8 +76,15 @@ class Listener(Protocol):
 class JetStreamPort(Protocol):
     # ---- streams ------------------------------------------------------------------------
 
-    async def stream_info(self, stream: str, *, timeout_s: float) -> ApiJson:
-        """`STREAM.INFO`: configuration and state (`state.last_seq`, ...)."""
+    async def stream_info(
+        self, stream: str, *, subjects_filter: str | None = None, timeout_s: float
+    ) -> ApiJson:
+        """`STREAM.INFO`: configuration and state (`state.last_seq`, ...); with
+        `subjects_filter`, `state.subjects` counts the messages of each subject matching it."""
+        ...
+
+    async def stream_purge(self, stream: str, subject: str, *, timeout_s: float) -> ApiJson:
+        """`STREAM.PURGE` of every message on `subject` (a filter)."""
         ...
 
     async def msg_get(

@@ -31,7 +31,7 @@ gate's holder writes the replica's own shard count: while an older replica (no c
 one with another count holds the gate, it takes no shard and releases those it holds. The
 gate is never released on stop; it expires and another replica takes it over.
 
-    member = Member(kv, nc, "rsub-leases-west", "west-1", ttl_s=10.0, shards=32)
+    member = Member(kv, port, "rsub-leases-west", "west-1", ttl_s=10.0, shards=32)
     leases = ShardLeases(member, on_change=print)
     task = asyncio.create_task(leases.run())
     leases.for_stream("orders").state     # holder, epoch, whether this replica leads it
@@ -51,13 +51,11 @@ from dataclasses import dataclass
 from functools import partial
 
 import structlog
-from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
 
-from sidecar.nats import jsapi
 from sidecar.nats.lease import LEASE_KEY, Lease, LeaseState
+from sidecar.nats.port import JetStreamPort, KeyValueBucket
 
 log = structlog.get_logger(__name__)
 
@@ -102,11 +100,11 @@ def member_key(holder: str) -> str:
 @dataclass(frozen=True)
 class Member:
     """One replica of a region's sidecar as a member of the region's lease bucket: the bucket
-    (`kv`, and `nc` for the requests nats-py's KV lacks), its holder name, the lease TTL, the
-    shard count and the monotonic clock the TTLs are measured on."""
+    (`kv`, and the `port` for the requests a bucket lacks: its keys, a purge), its holder
+    name, the lease TTL, the shard count and the monotonic clock the TTLs are measured on."""
 
-    kv: KeyValue
-    nc: Client
+    kv: KeyValueBucket
+    port: JetStreamPort
     bucket: str
     holder: str
     ttl_s: float
@@ -118,7 +116,7 @@ class Members:
     """This replica's announcement and its view of the live members of the region."""
 
     def __init__(self, member: Member) -> None:
-        self._kv, self._nc, self._bucket = member.kv, member.nc, member.bucket
+        self._kv, self._port, self._bucket = member.kv, member.port, member.bucket
         self._holder, self._ttl, self._shards = member.holder, member.ttl_s, member.shards
         self._clock = member.clock
         self._key = member_key(member.holder)
@@ -163,10 +161,9 @@ class Members:
 
     async def _keys(self) -> list[str]:
         prefix = f"$KV.{self._bucket}."
-        info = await jsapi.request(
-            self._nc,
-            f"STREAM.INFO.KV_{self._bucket}",
-            {"subjects_filter": f"{prefix}{MEMBER_PREFIX}>"},
+        info = await self._port.stream_info(
+            f"KV_{self._bucket}",
+            subjects_filter=f"{prefix}{MEMBER_PREFIX}>",
             timeout_s=_REQUEST_TIMEOUT_S,
         )
         subjects = (info.get("state") or {}).get("subjects") or {}
@@ -174,11 +171,8 @@ class Members:
 
     async def _purge(self, key: str) -> None:
         """Remove every message of `key`, the delete marker too (a KV delete keeps one)."""
-        await jsapi.request(
-            self._nc,
-            f"STREAM.PURGE.KV_{self._bucket}",
-            {"filter": f"$KV.{self._bucket}.{key}"},
-            timeout_s=_REQUEST_TIMEOUT_S,
+        await self._port.stream_purge(
+            f"KV_{self._bucket}", f"$KV.{self._bucket}.{key}", timeout_s=_REQUEST_TIMEOUT_S
         )
 
 

@@ -28,10 +28,12 @@ One module per role:
   every `discovery.interval_s`, has the root start the virtual streams that match and stop
   those whose read stream is gone;
 - `driver`: `StreamDriver`, one per virtual stream `V`: rebuilds `V`'s machine from the
-  origins of the data and the markers stored in its read stream (DESIGN §5, §7), tails
-  both live (origins in batches: `batches`), and feeds all of it to the machine one job at
-  a time, handing each output to the effects (actions), the reader queue (`ReadPositions`)
-  or the observer (events); it decides nothing (the machine's `needs()` says when);
+  origins of the data and the markers stored in its read stream (DESIGN §5, §7), and feeds
+  everything to the machine one job at a time, handing each output to the effects
+  (actions), the reader queue (`ReadPositions`) or the observer (events); it decides
+  nothing (the machine's `needs()` says when);
+- `tails`: `StreamTails`, the read stream replayed, then its markers and data origins
+  followed live (origins in batches: `batches`);
 - `intervals`: `IntervalLoop`, one per region: every stream's `interval` each
   `snapshot.interval_ms`, and the positions reads the machines ask for;
 - `effects`: each action carried out on NATS, only while the stream's shard lease says this

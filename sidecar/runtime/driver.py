@@ -1,39 +1,27 @@
 """`StreamDriver`: one virtual stream's machine in this region, fed one input at a time.
 
 The shape of etcd raft's `node.run()`: everything that happens to the stream becomes a job
-on one queue (a tailed marker, a positions read, an interval, a lease change, an API write),
-and one loop (`drive`) applies each job to the machine, then hands every output, in order,
-to `Effects` (actions: NATS writes), to the reader queue (`ReadPositions`) or to
-`StreamObserver` (events: metrics and logs) before it takes the next job. The machine is
-only ever fed by that loop, and an API write that `submit`s a job returns once its outputs
-are carried out. The driver decides nothing: when to tick, when to read positions and
-whether a listing is current are the machine's (`needs`, `ReadPositions`, `generation`).
+on one queue (a tailed marker, a batch of data origins, a positions read, an interval, a
+lease change, an API write), and one loop (`drive`) applies each job to the machine, then
+hands every output, in order, to `Effects` (actions: NATS writes), to the reader queue
+(`ReadPositions`) or to `StreamObserver` (events: metrics and logs) before it takes the next
+job. The machine is only ever fed by that loop, and an API write that `submit`s a job returns
+once its outputs are carried out. The driver decides nothing: when to tick, when to read
+positions and whether a listing is current are the machine's (`needs`, `ReadPositions`,
+`generation`); it only coalesces what comes between two intervals.
 
-- `rebuild`: replay the origins of the data stored in the read stream, then its markers,
-  read the subscriptions and their positions, and `StreamMachine.restore` a follower from
-  them (DESIGN §5);
-- `tail`: follow the read stream's markers live from where the replay ended;
-- `index`: follow the origins of its data messages live from where the replay ended, handed
-  to the machine in batches (`StreamMachine.data_indexed`, DESIGN §7);
+- `rebuild`: replay the read stream (`StreamTails.replay`), read the subscriptions and their
+  positions, and `StreamMachine.restore` a follower from them (DESIGN §5);
+- `tails`: follow the read stream's markers and data origins live (`StreamTails`);
 - `interval`, called by the region's `IntervalLoop` every `snapshot.interval_ms`, and
   `refresh`, a read the machine asked for.
-
-Memory of a backlog: while `rebuild` runs, each stored data message costs 18 bytes
-(`Backlog`). Once indexed, the machine's origin index holds 24 bytes per run of
-consecutive messages from one origin, so at most 24 bytes per message (origins alternating
-message by message) and far less for bursts; it drops the runs below the lowest replicated
-mark-delete in chunks (at least 1024 runs and a quarter of an origin's runs at a time), so
-what stays is at worst 24 bytes per message not yet consumed by every replicated
-subscription, plus per origin what waits for its next chunk (under 1024 runs, or up to a
-third more); `rsub_origin_index_bytes` shows it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -42,8 +30,6 @@ from nats.errors import Error as NatsError
 
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
-from sidecar.nats.marker_log import replay_markers, tail_markers
-from sidecar.nats.origin_log import replay_origins, tail_origins
 from sidecar.protocol import (
     Action,
     MachineConfig,
@@ -51,26 +37,17 @@ from sidecar.protocol import (
     Output,
     PositionsListing,
     ReadPositions,
-    StoredMarker,
     StreamMachine,
     SubscriptionAction,
 )
-from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
-from sidecar.runtime.batches import Backlog, Batches
 from sidecar.runtime.effects import Effects
 from sidecar.runtime.handles import RegionHandles
 from sidecar.runtime.observer import StreamObserver
 from sidecar.runtime.positions import LocalSubscriptions
+from sidecar.runtime.tails import Input, StreamTails
 
 log = structlog.get_logger(__name__)
 
-Input = Callable[[StreamMachine], list[Output]]
-"""One input to the machine: calls one (or a few) of its input methods, returns the outputs."""
-
-_TAIL_RETRY_S = 0.5
-# Tailed data origins go to the machine as one job per this many, or per this wait.
-_INDEX_BATCH = 1000
-_INDEX_WAIT_S = 0.1
 _READ_FAILED = (TimeoutError, NatsError, OSError)
 
 
@@ -102,12 +79,10 @@ class StreamDriver:
         self._handles = handles
         self._effects = Effects(vs, handles, self.subscriptions)
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
-        self._data = Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
+        self.tails = StreamTails(vs, handles, config.progress, self.observer, self.post)
         self._stopping = False
-        # Coalesced between intervals: how far the tails saw the read stream go (and what
-        # the machine was told), and whether a signal said positions moved.
-        self._tail_seq = 0
-        self._data_seq = 0
+        # Coalesced between intervals: how far the tails saw the read stream go as told to
+        # the machine, and whether a signal said positions moved.
         self._told_seq = 0
         self._moved = False
         self._needs = Needs(None, signals=False)  # the machine's, after its last job
@@ -156,22 +131,9 @@ class StreamDriver:
     # ---- the loops ------------------------------------------------------------------------
 
     async def rebuild(self) -> None:
-        port, vs, region = self._handles.port, self.vs, self._handles.region
-        # Data first, from the stream's first message: markers replayed after it then find
-        # the index as far as the stream went when they were read, or further.
-        backlog = Backlog()
-        if self._config.progress:
-            async for entry in replay_origins(port, vs, region):
-                self._data_read(entry)
-                backlog.add(entry)
-        markers: list[StoredMarker] = []
-        async for stored in replay_markers(port, vs.read_stream(region), vs.marker_filter()):
-            markers.append(stored)
-            self._tail_seq = stored.seq
+        backlog, markers = await self.tails.replay()
         listing = await self.read_positions()
-        if not self._config.progress:
-            # Without progress only data from now on matters (`index` follows it from here).
-            self._data_seq = listing.last_seq
+        self.tails.data_from(listing.last_seq)
         # Leadership reaches the machine through the job queue (`leadership`), never here:
         # `became_leader` twice with one epoch would reuse snapshot ids.
         self.machine, read = StreamMachine.restore(
@@ -188,7 +150,7 @@ class StreamDriver:
         self._needs = self.machine.needs()
         log.info(
             "stream_rebuilt",
-            stream=vs.name,
+            stream=self.vs.name,
             data=len(backlog),
             markers=len(markers),
             snapshots=len(self.machine.completed_snapshots()),
@@ -240,70 +202,6 @@ class StreamDriver:
                 else:
                     outputs.extend(machine.action_done(output, mark_delete))
 
-    async def tail(self) -> None:
-        """Follow the read stream's markers live, from where the replay ended."""
-        await self._follow("marker", self._tail_markers, lambda: self._tail_seq)
-
-    async def _tail_markers(self) -> None:
-        vs, region, clock = self.vs, self._handles.region, self._handles.clock
-        tail = tail_markers(
-            self._handles.port, vs.read_stream(region), vs.marker_filter(), self._tail_seq + 1
-        )
-        async with contextlib.aclosing(tail):
-            async for stored in tail:
-                self._tail_seq = stored.seq
-                # The data read so far goes first: an update is applied with the index as
-                # far as the data tail got (a lagging index only places it less far).
-                self._data.flush()
-                self.post(partial(StreamMachine.marker_read, stored=stored, now_ms=clock()))
-
-    async def index(self) -> None:
-        """Follow the origins of the read stream's data messages live, from where the replay
-        ended, and hand them to the machine in batches (never one job per message). With
-        progress off, only follow how far the data went (the snapshots' start signal)."""
-        try:
-            await self._follow("origin", self._tail_origins, lambda: self._data_seq)
-        finally:
-            self._data.cancel()
-
-    async def _tail_origins(self) -> None:
-        # Safety rests on what reaches the machine, not on how fast: the entries come in
-        # read-stream order, one per data message (the filter is `vs.data_filter()`, so no
-        # marker), none skipped (each tail starts right after the last entry taken, and the
-        # ordered consumer recreates itself after the last message it delivered). An index
-        # lagging behind the stream is safe: `vector_at(M)` only names messages it holds at
-        # or below M (whatever it lacks makes the vector smaller, never larger), and
-        # `position_for` never goes past `indexed_through`, the last entry it was given.
-        tail = tail_origins(self._handles.port, self.vs, self._handles.region, self._data_seq + 1)
-        async with contextlib.aclosing(tail):
-            async for entry in tail:
-                if self._config.progress:
-                    self._data_read(entry)
-                    self._data.add(entry)
-                else:  # only how far the data went, the signal for a snapshot to start
-                    self._data_seq = entry.read_seq
-
-    def _post_data(self, entries: list[DataEntry]) -> None:
-        self.post(partial(StreamMachine.data_indexed, entries=entries))
-
-    def _data_read(self, entry: DataEntry) -> None:
-        self._data_seq = entry.read_seq
-        if entry.origin == UNKNOWN_ORIGIN:
-            self.observer.unknown_origin(entry.read_seq)
-
-    async def _follow(
-        self, what: str, run: Callable[[], Awaitable[None]], last_seq: Callable[[], int]
-    ) -> None:
-        """Run one tail (`run`) after another until stopped: each starts after the last
-        message the one before it took (`last_seq`), once it ended or failed."""
-        while not self._stopping:
-            try:
-                await run()
-                log.warning(f"{what}_tail_ended", stream=self.vs.name, last_seq=last_seq())
-            except (TimeoutError, NatsError, OSError) as err:
-                log.warning(f"{what}_tail_failed", stream=self.vs.name, error=repr(err))
-            await asyncio.sleep(_TAIL_RETRY_S)
-
     # ---- the interval (`IntervalLoop`) ---------------------------------------------------
 
     def interval(self, now: int, sweep: bool) -> None:
@@ -316,7 +214,7 @@ class StreamDriver:
         if machine is not None and self._steps != self._observed:
             self._observed = self._steps
             self.observer.machine_stepped(machine)
-        seen = max(self._tail_seq, self._data_seq)
+        seen = self.tails.seen()
         needs = self._needs
         moved, self._moved = self._moved and needs.signals, False
         due = needs.deadline_ms is not None and needs.deadline_ms <= now
@@ -345,6 +243,7 @@ class StreamDriver:
     def stop(self) -> None:
         """Let the loops end at their next turn (the root cancels them as well)."""
         self._stopping = True
+        self.tails.stop()
 
     def _read_unqueued(self) -> None:
         """No interval loop runs this driver (yet): the read fails, asked for again later."""

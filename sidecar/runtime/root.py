@@ -257,7 +257,7 @@ class Runtime(RuntimeBackend):
         # (`members.<holder>`) and the cursors (`cursors.<V>`).
         self._handles.cursor_store = CursorStore(kv)
         lease = self.config.lease
-        member = Member(kv, conn.nc, bucket, self.holder, lease.ttl_s, lease.shards)
+        member = Member(kv, self._handles.port, bucket, self.holder, lease.ttl_s, lease.shards)
         leases = ShardLeases(member, on_change=self._on_shard)
         self._handles.leases = leases
         self._spawn(leases.run(), "leases")
@@ -283,9 +283,9 @@ class Runtime(RuntimeBackend):
         await self._retry(f"rebuild {name}", driver.rebuild)
         tasks = self._stream_tasks.setdefault(name, [])
         tasks.append(self._spawn(driver.drive(), f"drive-{name}"))
-        tasks.append(self._spawn(driver.tail(), f"tail-{name}"))
+        tasks.append(self._spawn(driver.tails.markers(), f"tail-{name}"))
         # The data tail runs with progress off too: new data is what starts a snapshot.
-        tasks.append(self._spawn(driver.index(), f"index-{name}"))
+        tasks.append(self._spawn(driver.tails.origins(), f"index-{name}"))
         await self._retry(f"consumer signals {name}", partial(self._intervals.add, driver))
 
     def _add_stream(self, vs: VirtualStream) -> None:

@@ -30,9 +30,37 @@ from sidecar.runtime.driver import StreamDriver
 BUDGET = 60
 
 
-def test_the_real_runtime_keeps_every_property() -> None:
-    for seed in range(12):
-        result = run_shell(seed)
+def _drawn(seed: int) -> ShellParams:
+    return ShellParams.draw(random.Random(seed ^ 0x5E11))
+
+
+def _with_failures(seed: int) -> ShellParams:
+    return dataclasses.replace(_drawn(seed), action_failures=0.3, failover_ms=5_000)
+
+
+def _late_updates(seed: int) -> ShellParams:
+    """A failover in three regions while the lost region's last updates are still on their
+    way (slow links), the application consuming in the new home at once: moves land on a
+    consumer in use."""
+    return dataclasses.replace(
+        _drawn(seed),
+        regions=3,
+        failover_ms=3_000,
+        max_delay_ms=40,
+        interval_ms=100,
+        link_delay_ms=150,
+        consume_gap_ms=10,
+        consume_batch=5,
+        crashes=False,
+        partitions=False,
+    )
+
+
+@pytest.mark.parametrize("params", [_drawn, _with_failures, _late_updates])
+def test_the_real_runtime_keeps_every_property(params: Callable[[int], ShellParams]) -> None:
+    """What the broken variants below are caught with, the real shell passes."""
+    for seed in range(8):
+        result = run_shell(seed, params(seed))
         assert result.violation is None, result.report()
         assert result.stats.get("consumed", 0) > 0
 
@@ -115,11 +143,6 @@ def resets_unpaused(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _with_failures(seed: int) -> ShellParams:
-    params = ShellParams.draw(random.Random(seed ^ 0x5E11))
-    return dataclasses.replace(params, action_failures=0.3, failover_ms=5_000)
-
-
 @pytest.mark.parametrize(
     ("variant", "params", "symptom"),
     [
@@ -139,15 +162,21 @@ def test_the_simulation_catches_a_broken_driver(
 
 
 @pytest.mark.parametrize(
-    ("patch", "symptom"),
-    [("resets_over_markers", "over markers alone:"), ("resets_unpaused", "rewound:")],
+    ("patch", "params", "symptom"),
+    [
+        ("resets_over_markers", _drawn, "over markers alone:"),
+        ("resets_unpaused", _late_updates, "rewound:"),
+    ],
 )
 def test_the_simulation_catches_a_broken_move(
-    patch: str, symptom: str, request: pytest.FixtureRequest
+    patch: str,
+    params: Callable[[int], ShellParams],
+    symptom: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     request.getfixturevalue(patch)
     for seed in range(BUDGET):
-        result = run_shell(seed)
+        result = run_shell(seed, params(seed))
         if result.violation is not None:
             assert result.violation.startswith(symptom), result.report()
             return

@@ -6,8 +6,9 @@ through, imports nats-py's client types (its error classes it may), the direct r
 path or the stream reader, or touches a client (`.nc`, `.js`, `.jsm`): what they ask of
 NATS goes through the port a simulation can replace. Two runtime modules keep a path of
 their own for now, and only they: the root's bring-up (topology, the regional KV bucket,
-the members' listing and purge in `sidecar.nats.shards`, none of them a port operation),
-and stream discovery (a paged `STREAM.NAMES` listing, no port operation either).
+none of them a port operation), and stream discovery (a paged `STREAM.NAMES` listing, no
+port operation either). The shard leases and their membership (`sidecar.nats.shards`) go
+through the port.
 
 The clock is `RegionHandles.clock` (the wall clock unless given another): no runtime module
 but `clock` imports a source of time, and only `handles` names the wall clock (its default).
@@ -31,7 +32,16 @@ THROUGH_THE_PORT = [
     *(path for path in sorted(RUNTIME.glob("*.py")) if path.name not in OWN_PATH),
     *(
         ADAPTER / f"{name}.py"
-        for name in ("consumers", "effective", "marker_log", "origin_log", "signals", "cursors")
+        for name in (
+            "consumers",
+            "effective",
+            "marker_log",
+            "origin_log",
+            "signals",
+            "cursors",
+            "lease",
+            "shards",
+        )
     ),
 ]
 ALLOWED_NATS = {"nats.errors", "nats.js.errors"}

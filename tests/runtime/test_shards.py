@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from sidecar.nats.lease import Lease, LeaseState
+from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.regional_kv import open_regional_kv
 from sidecar.nats.shards import GATE_KEY, Member, ShardLeases, excess, shard_of, share
 
@@ -51,7 +52,7 @@ class Region:
             if state.leader:
                 self.acquired[holder] += 1
 
-        member = Member(self.kv, self.nc, self.bucket, holder, TTL, shards, self.clock)
+        member = Member(self.kv, NatsPort(self.nc), self.bucket, holder, TTL, shards, self.clock)
         leases = ShardLeases(member, on_change=changed)
         self.replicas[holder] = leases
         return leases

@@ -105,6 +105,9 @@ class _Bucket:
     async def get(self, key: str) -> KVEntry:
         return await self._request(f"get {key}", lambda: self._kv.get(key))
 
+    async def put(self, key: str, value: bytes) -> int:
+        return await self._request(f"put {key}", lambda: self._kv.put(key, value))
+
     async def create(self, key: str, value: bytes) -> int:
         return await self._request(f"create {key}", lambda: self._kv.create(key, value))
 

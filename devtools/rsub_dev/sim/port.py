@@ -116,6 +116,9 @@ class SimBucket:
     async def get(self, key: str) -> KVEntry:
         return await self._net.call(lambda: self._kv.get(key))
 
+    async def put(self, key: str, value: bytes) -> int:
+        return await self._net.call(lambda: self._kv.put(key, value))
+
     async def create(self, key: str, value: bytes) -> int:
         return await self._net.call(lambda: self._kv.create(key, value))
 
@@ -135,8 +138,24 @@ class SimPort:
 
     # ---- streams ------------------------------------------------------------------------
 
-    async def stream_info(self, stream: str, *, timeout_s: float) -> ApiJson:
-        return await self._net.call(lambda: _stream_info_json(self._net.js.stream_info(stream)))
+    async def stream_info(
+        self, stream: str, *, subjects_filter: str | None = None, timeout_s: float
+    ) -> ApiJson:
+        js = self._net.js
+
+        def info() -> ApiJson:
+            reply = _stream_info_json(js.stream_info(stream))
+            if subjects_filter is not None:
+                reply["state"]["subjects"] = js.stream(stream).subjects(subjects_filter)
+            return reply
+
+        return await self._net.call(info)
+
+    async def stream_purge(self, stream: str, subject: str, *, timeout_s: float) -> ApiJson:
+        js = self._net.js
+        return await self._net.call(
+            lambda: {"success": True, "purged": js.stream(stream).purge_subject(subject)}
+        )
 
     async def msg_get(
         self, stream: str, seq: int, *, next_by_subj: str | None = None, timeout_s: float

@@ -1,7 +1,8 @@
 """The sidecar's real runtime under deterministic simulation: the shell that ships.
 
-Every region runs the real `StreamDriver`, `IntervalLoop`, `Effects`, `LocalSubscriptions`
-and `Lease` (and through them the real `sidecar.nats` code above the port), over `SimPort`
+Every sidecar replica runs the real `StreamDriver`, `IntervalLoop`, `Effects`,
+`LocalSubscriptions` and `ShardLeases` with its membership (and through them the real
+`sidecar.nats` code above the port), over `SimPort`
 (`rsub_dev.sim.port`): a simulated JetStream on virtual time (looptime's event loop), every
 request and reply delayed, sourcing between regions delayed. Applications publish in every
 region and consume one replicated durable in its home region; at `failover_ms` the home
@@ -25,11 +26,10 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import looptime
 import structlog
-from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from rsub_dev.sim.port import LoopClock, SimNet, SimPort
@@ -49,16 +49,17 @@ from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.consumers import REPLICATE_KEY
 from sidecar.nats.cursors import CursorStore
-from sidecar.nats.lease import Lease, LeaseState
+from sidecar.nats.lease import LeaseState
 from sidecar.nats.origin_log import data_entry
 from sidecar.nats.port import ApiJson
-from sidecar.nats.shards import ShardLeases
+from sidecar.nats.shards import Member, ShardLeases, shard_of
 from sidecar.protocol import MachineConfig
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 from sidecar.runtime.intervals import IntervalLoop
 
 STREAM = "orders"
+_SHARDS = 4
 DURABLE = "app"
 _DEDUP_WINDOW_MS = 120_000
 
@@ -79,6 +80,13 @@ class ShellParams:
     failover_ms: int = 6_000
     run_ms: int = 14_000
     lease_ttl_ms: int = 3_000
+    replicas: int = 1
+    """Sidecar replicas per region, sharing the streams' leadership (`ShardLeases`)."""
+    crashes: bool = False
+    """Sidecars crash and restart (rebuilt from their read stream, a new lease holder)
+    before the failover."""
+    partitions: bool = False
+    """Regions other than the home are cut from the others for a while, then healed."""
     action_failures: float = 0.0
     """Of the requests that read, move or create a consumer: fail (an error, no reply, or
     done with the reply lost) while the home region is up."""
@@ -95,6 +103,9 @@ class ShellParams:
             consume_batch=rng.choice([1, 5, 20]),
             failover_ms=rng.choice([0, 3_000, 6_000]),
             action_failures=rng.choice([0.0, 0.0, 0.1, 0.3]),
+            crashes=rng.random() < 0.5,
+            partitions=rng.random() < 0.5,
+            replicas=rng.choice([1, 1, 2, 3]),
         )
 
 
@@ -114,11 +125,15 @@ class ShellResult:
 
 
 @dataclass
-class _Region:
-    name: str
+class _Sidecar:
+    """One sidecar replica of a region (the n-th; `starts` counts its restarts)."""
+
+    region: str
+    index: int
     port: CheckedPort
     driver: StreamDriver | None = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    starts: int = 0
 
 
 class CheckedPort(SimPort):
@@ -169,7 +184,7 @@ class ShellWorld:
         self.consumed: Counter[tuple[str, int]] = Counter()
         self.violation: str | None = None
         self._failed = asyncio.Event()
-        self._regions: dict[str, _Region] = {}
+        self._sidecars: list[_Sidecar] = []
         self._home = self.vs.regions[0]
         self._js: SimJetStream | None = None
         self._net: SimNet | None = None
@@ -250,16 +265,17 @@ class ShellWorld:
         return stream.last_seq if after is None else after.seq - 1
 
     def check_reported(self) -> None:
-        for region in self._regions.values():
-            machine = region.driver.machine if region.driver is not None else None
+        """Every replica, leader or follower (the API answers from each)."""
+        for sidecar in self._sidecars:
+            machine = sidecar.driver.machine if sidecar.driver is not None else None
             view = machine.subscription(DURABLE) if machine is not None else None
             if view is None or not view.exists or view.mark_delete is None:
                 continue
-            standing = self._standing(region.name)
+            standing = self._standing(sidecar.region)
             if standing is None or view.mark_delete > standing:
                 raise self.fail(
-                    f"reported: {region.name} reports {DURABLE} at {view.mark_delete}, "
-                    f"it stands at {standing}"
+                    f"reported: {sidecar.region}-{sidecar.index} reports {DURABLE} at "
+                    f"{view.mark_delete}, it stands at {standing}"
                 )
 
     # ---- the regions --------------------------------------------------------------------
@@ -297,49 +313,48 @@ class ShellWorld:
                 delay = self.rng.randint(1, self.p.link_delay_ms)
                 js.set_delay(vs.read_stream(r), vs.write_stream(o), delay)
 
-    async def _start_sidecar(self, region: _Region) -> None:
-        """One sidecar: the real driver, interval loop and lease, as the runtime's root
-        starts them for one stream."""
+    async def _start_sidecar(self, sidecar: _Sidecar) -> None:
+        """One sidecar replica: the real driver, interval loop and shard leases (with the
+        region's membership), wired as the runtime's root wires them for one stream."""
         loop = asyncio.get_running_loop()
-        handles = _handles(region.name, region.port, LoopClock(loop).now_ms)
-        config = MachineConfig(region.name, STREAM, self.vs.regions, interval_ms=self.p.interval_ms)
-        bucket_name = f"rsub-{region.name}"
-        bucket = await region.port.key_value(bucket_name)
+        region = sidecar.region
+        sidecar.starts += 1
+        holder = f"{region}-{sidecar.index}-{sidecar.starts}"
+        handles = _handles(region, sidecar.port, LoopClock(loop).now_ms)
+        config = MachineConfig(region, STREAM, self.vs.regions, interval_ms=self.p.interval_ms)
+        bucket_name = f"rsub-{region}"
+        bucket = await sidecar.port.key_value(bucket_name)
         handles.cursor_store = CursorStore(bucket)
         driver = self.driver_factory(self.vs, config, handles, SidecarMetrics())
-        region.driver = driver
+        sidecar.driver = driver
         await driver.rebuild()
         intervals = IntervalLoop(handles, self.p.interval_ms, sweep_intervals=30)
+        ttl_s = self.p.lease_ttl_ms / 1000
+        member = Member(bucket, sidecar.port, bucket_name, holder, ttl_s, _SHARDS, loop.time)
+        stream_shard = shard_of(STREAM, _SHARDS)
 
-        def led(state: LeaseState) -> None:
-            self.note(f"{region.name} leader={state.leader} epoch={state.epoch}")
-            driver.leadership(state.leader, state.epoch)
+        def changed(shard: int, state: LeaseState) -> None:
+            if shard == stream_shard:
+                self.note(f"{holder} leader={state.leader} epoch={state.epoch}")
+                driver.leadership(state.leader, state.epoch)
 
-        lease = Lease(
-            bucket, f"{region.name}-0", self.p.lease_ttl_ms / 1000, on_change=led, clock=loop.time
-        )
-        _lead_with(handles, lease)
-        region.tasks += [
+        handles.leases = ShardLeases(member, on_change=changed)
+        sidecar.tasks += [
             loop.create_task(driver.drive()),
-            loop.create_task(driver.tail()),
-            loop.create_task(driver.index()),
+            loop.create_task(driver.tails.markers()),
+            loop.create_task(driver.tails.origins()),
             loop.create_task(intervals.run()),
             loop.create_task(intervals.follow_cursors(bucket_name)),
-            loop.create_task(self._lease_rounds(lease)),
+            loop.create_task(handles.leases.run()),
         ]
         await intervals.add(driver)
 
-    async def _lease_rounds(self, lease: Lease) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError, NatsError):
-                await lease.step()
-            await asyncio.sleep(self.p.lease_ttl_ms / 3000)
-
-    async def _stop_sidecar(self, region: _Region) -> None:
-        for task in region.tasks:
+    async def _stop_sidecar(self, sidecar: _Sidecar) -> None:
+        """A crash: its tasks end where they are (its leases expire on their own)."""
+        for task in sidecar.tasks:
             task.cancel()
-        await asyncio.gather(*region.tasks, return_exceptions=True)
-        region.tasks.clear()
+        await asyncio.gather(*sidecar.tasks, return_exceptions=True)
+        sidecar.tasks.clear()
 
     # ---- applications -------------------------------------------------------------------
 
@@ -391,8 +406,43 @@ class ShellWorld:
         self.note(f"{lost} lost; {self._home} takes over")
         self._live.discard(lost)
         self.js.partition(lost)
-        await self._stop_sidecar(self._regions[lost])
+        for sidecar in self._sidecars:
+            if sidecar.region == lost:
+                await self._stop_sidecar(sidecar)
         self.stats["failovers"] += 1
+
+    async def _chaos(self, until_ms: int) -> None:
+        """Until `until_ms`: sidecars crash and come back (rebuilt from their read stream,
+        under a new lease holder), and regions other than the home are cut off and healed."""
+        rng, p = self.rng, self.p
+        while True:
+            await asyncio.sleep(rng.randint(500, 3_000) / 1000)
+            if self._now() >= until_ms:
+                return
+            kinds = [k for k, on in (("crash", p.crashes), ("cut", p.partitions)) if on]
+            if not kinds:
+                return
+            kind = rng.choice(kinds)
+            if kind == "crash":
+                sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
+                name = f"{sidecar.region}-{sidecar.index}"
+                self.note(f"{name} crashes")
+                self.stats["crashes"] += 1
+                await self._stop_sidecar(sidecar)
+                await asyncio.sleep(rng.randint(100, 2_000) / 1000)
+                if sidecar.region in self._live:  # not lost meanwhile
+                    self.note(f"{name} restarts")
+                    await self._start_sidecar(sidecar)
+            else:
+                cut = rng.choice([r for r in sorted(self._live) if r != self._home] or [None])
+                if cut is None:
+                    continue
+                self.note(f"{cut} cut off")
+                self.stats["partitions"] += 1
+                self.js.partition(cut)
+                await asyncio.sleep(rng.randint(200, 3_000) / 1000)
+                self.note(f"{cut} healed")
+                self.js.partition(cut, cut=False)
 
     async def _checks(self) -> None:
         while True:
@@ -418,11 +468,15 @@ class ShellWorld:
         tasks = [loop.create_task(self._net.run())]
         try:
             for name in self.vs.regions:
-                region = self._regions[name] = _Region(name, CheckedPort(self._net, self, name))
-                await self._start_sidecar(region)
+                for index in range(self.p.replicas):
+                    port = CheckedPort(self._net, self, name)
+                    self._sidecars.append(_Sidecar(name, index, port))
+                    await self._start_sidecar(self._sidecars[-1])
             produce_until = self.p.run_ms - 4_000
             tasks += [loop.create_task(self._produce(r, produce_until)) for r in self.vs.regions]
             tasks.append(loop.create_task(self._checks()))
+            chaos_until = self.p.failover_ms or self.p.run_ms - 5_000
+            tasks.append(loop.create_task(self._chaos(chaos_until)))
             tasks.append(loop.create_task(self._consume(self._home, self.p.run_ms)))
             if self.p.failover_ms:
                 if await self._until(self.p.failover_ms):
@@ -433,8 +487,8 @@ class ShellWorld:
                 return
             self._check_no_loss()
         finally:
-            for region in self._regions.values():
-                await self._stop_sidecar(region)
+            for sidecar in self._sidecars:
+                await self._stop_sidecar(sidecar)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -477,21 +531,6 @@ def _handles(region: str, port: SimPort, clock: Callable[[], int]) -> RegionHand
     connection = NatsConnection(NatsConfig(servers=("nats://sim.invalid:4222",)), name=region)
     connection.connected = True
     return RegionHandles(region, connection, port, clock=clock)
-
-
-class _OneShard:
-    """The stream's leadership is one lease here (the root gives each stream its shard's
-    lease of `ShardLeases`, whose membership listing is not a port operation yet)."""
-
-    def __init__(self, lease: Lease) -> None:
-        self._lease = lease
-
-    def for_stream(self, stream: str) -> Lease:
-        return self._lease
-
-
-def _lead_with(handles: RegionHandles, lease: Lease) -> None:
-    handles.leases = cast(ShardLeases, _OneShard(lease))
 
 
 def run_shell(seed: int, params: ShellParams | None = None, **kwargs: Any) -> ShellResult:

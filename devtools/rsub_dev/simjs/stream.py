@@ -281,6 +281,27 @@ class Stream:
             consumer.purged(self._first)
         return len(purged)
 
+    def subjects(self, subject_filter: str) -> dict[str, int]:
+        """How many messages each stored subject matching `subject_filter` has."""
+        return {
+            subject: len(seqs)
+            for subject, seqs in self._by_subject.items()
+            if subject_within(subject, subject_filter)
+        }
+
+    def purge_subject(self, subject_filter: str) -> int:
+        """Remove every message on a subject matching `subject_filter`; how many went.
+        (Consumers are not moved: only key-value buckets, which have none, are purged so.)"""
+        subjects = list(self.subjects(subject_filter))
+        purged = 0
+        for subject in subjects:
+            for seq in list(self._by_subject[subject]):
+                self._drop(seq)
+                purged += 1
+        if not self._msgs:
+            self._first = self._last + 1
+        return purged
+
     def _remove(self, seq: int) -> None:
         """Removal by a limit: a consumer's pending message there counts as acked."""
         msg = self._drop(seq)
