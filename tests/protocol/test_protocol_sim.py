@@ -27,7 +27,7 @@ from sidecar.protocol.markers import MAX_POSITION
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 
 
-def _check(result: SimResult) -> None:
+def _check(result: SimResult[SimParams]) -> None:
     assert result.violation is None, result.report()
 
 

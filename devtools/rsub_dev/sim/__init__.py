@@ -1,9 +1,15 @@
-"""Deterministic simulation of rsub regions driving the real protocol core.
+"""Deterministic simulations of rsub, each from one integer seed:
 
-`run(seed)` (or `World(seed, params, factory).run()`) plays one whole schedule from a single
-integer seed and returns a `SimResult` with the first violated property and the last events.
+- `world`: regions driving the real protocol core (`run(seed)`, or
+  `World(seed, params, factory).run()`);
+- `leases`: the real lease over a simulated bucket on virtual time (`run_leases`);
+- `shell`: the real sidecar runtime over the simulated JetStream on virtual time
+  (`run_shell`).
+
+Each returns a `SimResult` (`outcome`) with the first violated property and the last events.
 """
 
-from rsub_dev.sim.world import MachineFactory, SimParams, SimResult, World, run
+from rsub_dev.sim.outcome import SimResult
+from rsub_dev.sim.world import MachineFactory, SimParams, World, run
 
 __all__ = ["MachineFactory", "SimParams", "SimResult", "World", "run"]

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import looptime
-import structlog
 from nats.errors import Error as NatsError
 
+from rsub_dev.sim.outcome import LoopWorld, SimResult, Violation
+from rsub_dev.sim.port import LoopClock
 from rsub_dev.simjs import KeyValue, KVEntry, SimJetStream
 from sidecar.nats.lease import Lease, LeaseState
 
@@ -44,10 +44,6 @@ BUCKET = "leases"
 T = TypeVar("T")
 
 LeaseFactory = type[Lease]
-
-
-class Violation(Exception):
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,19 +73,7 @@ class LeaseParams:
         )
 
 
-@dataclass
-class LeaseResult:
-    seed: int
-    params: LeaseParams
-    violation: str | None
-    trace: list[str]
-    stats: dict[str, int]
-
-    def report(self) -> str:
-        lines = [f"seed={self.seed} params={self.params}", f"stats={self.stats}"]
-        if self.violation:
-            lines += [f"VIOLATION: {self.violation}", "last events:", *self.trace]
-        return "\n".join(lines)
+LeaseResult = SimResult[LeaseParams]
 
 
 class _Bucket:
@@ -141,19 +125,12 @@ class _Replica:
     task: asyncio.Task[None] | None = None
 
 
-class LeaseWorld:
+class LeaseWorld(LoopWorld[LeaseParams]):
     def __init__(
         self, seed: int, params: LeaseParams, factory: LeaseFactory = Lease, trace_len: int = 60
     ) -> None:
-        self.seed = seed
-        self.p = params
+        super().__init__(seed, params, trace_len)
         self.factory = factory
-        self.rng = random.Random(seed)
-        self.trace: list[str] = []
-        self._trace_len = trace_len
-        self.stats: dict[str, int] = dict.fromkeys(
-            ("requests", "lost", "unanswered", "rounds", "acquired", "crashes", "freezes"), 0
-        )
         self.replicas = [
             _Replica(
                 f"r{i}",
@@ -165,32 +142,12 @@ class LeaseWorld:
         self._max_epoch = 0
         self._leaders: dict[str, int] = {}  # holder -> epoch of its current leadership
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.violation: str | None = None
-        self._failed = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
-
-    def fail(self, message: str) -> Violation:
-        """Record the run's first violation (the main task ends the run); the exception to
-        raise where it was found."""
-        if self.violation is None:
-            self.violation = message
-            self._note(f"VIOLATION {message}")
-            self._failed.set()
-        return Violation(message)
 
     # ---- time and the bucket ---------------------------------------------------------------
 
-    @property
-    def now_ms(self) -> int:
-        assert self._loop is not None
-        return int(self._loop.time() * 1000)
-
-    def _note(self, what: str) -> None:
-        self.trace.append(f"{self.now_ms:>8}ms {what}")
-        del self.trace[: -self._trace_len]
-
     def _healed(self) -> bool:
-        return self.now_ms >= self.p.chaos_ms
+        return self.now_ms() >= self.p.chaos_ms
 
     async def _delay(self) -> None:
         await asyncio.sleep(self.rng.randint(0, self.p.max_delay) * self.p.ttl_ms / 1e6)
@@ -207,16 +164,16 @@ class LeaseWorld:
             await self._delay()
             if lost_on_the_way:
                 self.stats["lost"] += 1
-                self._note(f"lost {what}")
+                self.note(f"lost {what}")
                 landed.set_exception(TimeoutError())
                 return
             try:
                 result = apply()
             except NatsError as err:
-                self._note(f"{what}: {type(err).__name__}")
+                self.note(f"{what}: {type(err).__name__}")
                 landed.set_exception(err)
             else:
-                self._note(f"{what} -> {result!r}"[:160])
+                self.note(f"{what} -> {result!r}"[:160])
                 landed.set_result(result)
             self.check()
 
@@ -229,7 +186,7 @@ class LeaseWorld:
         await self._delay()
         if failing and not lost_on_the_way:
             self.stats["unanswered"] += 1
-            self._note(f"reply lost: {what}")
+            self.note(f"reply lost: {what}")
             raise TimeoutError()
         return result
 
@@ -252,7 +209,7 @@ class LeaseWorld:
                 self._max_epoch = state.epoch
                 self._leaders[replica.name] = state.epoch
                 self.stats["acquired"] += 1
-                self._note(f"{replica.name} leads, epoch {state.epoch}")
+                self.note(f"{replica.name} leads, epoch {state.epoch}")
             elif not state.leader:
                 self._leaders.pop(replica.name, None)
 
@@ -304,7 +261,7 @@ class LeaseWorld:
             kind = rng.choice(["crash", "stop", "freeze"])
             if kind in ("crash", "stop") and p.crashes and replica.task is not None:
                 self.stats["crashes"] += 1
-                self._note(f"{kind} {replica.name}")
+                self.note(f"{kind} {replica.name}")
                 replica.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Violation):
                     await replica.task
@@ -313,28 +270,28 @@ class LeaseWorld:
                     with contextlib.suppress(TimeoutError, NatsError):
                         await lease.release()
                 await asyncio.sleep(rng.uniform(0, 2) * p.ttl_ms / 1000)
-                self._note(f"restart {replica.name}")
+                self.note(f"restart {replica.name}")
                 self._start(replica, kv)
             elif kind == "freeze" and p.freezes:
                 self.stats["freezes"] += 1
                 length = rng.uniform(0.1, 2.0) * p.ttl_ms / 1000
                 replica.frozen_until = asyncio.get_running_loop().time() + length
-                self._note(f"freeze {replica.name} for {length * 1000:.0f} ms")
+                self.note(f"freeze {replica.name} for {length * 1000:.0f} ms")
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
-        js = SimJetStream(_LoopClock(self._loop), rng=random.Random(self.seed ^ 0xB0C))
+        js = SimJetStream(LoopClock(self._loop), rng=random.Random(self.seed ^ 0xB0C))
         kv = js.kv_bucket_create(BUCKET)
         for replica in self.replicas:
             self._start(replica, kv)
         chaos = asyncio.get_running_loop().create_task(self._chaos(kv))
         try:
-            if await self._until((self.p.chaos_ms + 3 * self.p.ttl_ms) / 1000):
+            if await self.until(self.p.chaos_ms + 3 * self.p.ttl_ms):
                 return
             held = self._holders()
             if not held:
                 raise self.fail("live: no replica holds the lease 3 ttls after healing")
-            if await self._until((self.p.chaos_ms + self.p.heal_ms) / 1000):
+            if await self.until(self.p.chaos_ms + self.p.heal_ms):
                 return
             if self._holders() != held:
                 raise self.fail(f"live: it moved in the healed phase ({held} -> {self._holders()})")
@@ -344,46 +301,17 @@ class LeaseWorld:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _until(self, until_s: float) -> bool:
-        """Run until `until_s` of loop time; whether a violation ended it first."""
-        remaining = until_s - asyncio.get_running_loop().time()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._failed.wait(), max(0.0, remaining))
-        return self.violation is not None
-
     def _holders(self) -> dict[str, int]:
         return {r.name: r.lease.epoch for r in self.replicas if r.lease and r.lease.is_leader}
 
     def _tasks(self) -> list[asyncio.Task[None]]:
         return [r.task for r in self.replicas if r.task is not None]
 
-    def run(self) -> LeaseResult:
-        loop = looptime.new_event_loop(start=0)
-        try:
-            # The lease's own log lines are the shell's business, not the run's report.
-            with structlog.testing.capture_logs():
-                loop.run_until_complete(self._main())
-        except Violation:
-            pass  # recorded (`fail`)
-        finally:
-            loop.close()
-        return LeaseResult(self.seed, self.p, self.violation, list(self.trace), dict(self.stats))
-
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
     """A request's outcome, retrieved whether or not its caller is still there."""
     if not future.cancelled():
         future.exception()
-
-
-class _LoopClock:
-    """simjs's clock: the event loop's virtual time."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
-    def now_ms(self) -> int:
-        return int(self._loop.time() * 1000)
 
 
 def run_leases(

@@ -21,17 +21,15 @@ Checked as the run goes:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import looptime
-import structlog
 from nats.js.errors import NotFoundError
 
+from rsub_dev.sim.outcome import LoopWorld, SimResult
 from rsub_dev.sim.port import LoopClock, SimNet, SimPort
 from rsub_dev.simjs import (
     ConsumerConfig,
@@ -62,10 +60,6 @@ STREAM = "orders"
 _SHARDS = 4
 DURABLE = "app"
 _DEDUP_WINDOW_MS = 120_000
-
-
-class Violation(Exception):
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,19 +103,7 @@ class ShellParams:
         )
 
 
-@dataclass
-class ShellResult:
-    seed: int
-    params: ShellParams
-    violation: str | None
-    trace: list[str]
-    stats: dict[str, int]
-
-    def report(self) -> str:
-        lines = [f"seed={self.seed} params={self.params}", f"stats={self.stats}"]
-        if self.violation:
-            lines += [f"VIOLATION: {self.violation}", "last events:", *self.trace]
-        return "\n".join(lines)
+ShellResult = SimResult[ShellParams]
 
 
 @dataclass
@@ -165,7 +147,7 @@ class CheckedPort(SimPort):
         return reply
 
 
-class ShellWorld:
+class ShellWorld(LoopWorld[ShellParams]):
     def __init__(
         self,
         seed: int,
@@ -173,42 +155,19 @@ class ShellWorld:
         driver_factory: Callable[..., StreamDriver] = StreamDriver,
         trace_len: int = 80,
     ) -> None:
-        self.seed = seed
-        self.p = params
-        self.rng = random.Random(seed)
+        super().__init__(seed, params, trace_len)
         self.driver_factory = driver_factory
         self.vs = VirtualStream(STREAM, tuple(f"r{i}" for i in range(params.regions)))
-        self.trace: list[str] = []
-        self._trace_len = trace_len
-        self.stats: Counter[str] = Counter()
         self.consumed: Counter[tuple[str, int]] = Counter()
-        self.violation: str | None = None
-        self._failed = asyncio.Event()
         self._sidecars: list[_Sidecar] = []
         self._home = self.vs.regions[0]
         self._js: SimJetStream | None = None
         self._net: SimNet | None = None
 
-    # ---- bookkeeping --------------------------------------------------------------------
-
     @property
     def js(self) -> SimJetStream:
         assert self._js is not None
         return self._js
-
-    def _now(self) -> int:
-        return int(asyncio.get_running_loop().time() * 1000)
-
-    def note(self, what: str) -> None:
-        self.trace.append(f"{self._now():>7}ms {what}")
-        del self.trace[: -self._trace_len]
-
-    def fail(self, message: str) -> Violation:
-        if self.violation is None:
-            self.violation = message
-            self.note(f"VIOLATION {message}")
-            self._failed.set()
-        return Violation(message)
 
     # ---- the checks ---------------------------------------------------------------------
 
@@ -360,7 +319,7 @@ class ShellWorld:
 
     async def _produce(self, region: str, until_ms: int) -> None:
         n = 0
-        while self._now() < until_ms:
+        while self.now_ms() < until_ms:
             await asyncio.sleep(self.rng.randint(1, 2 * self.p.produce_gap_ms) / 1000)
             if region not in self._live:
                 return
@@ -380,7 +339,7 @@ class ShellWorld:
         """The application, consuming the durable in `region` while it is its home."""
         read = self.vs.read_stream(region)
         assert self._net is not None
-        while self._now() < until_ms and self._home == region:
+        while self.now_ms() < until_ms and self._home == region:
             await asyncio.sleep(self.rng.randint(1, 2 * self.p.consume_gap_ms) / 1000)
             self.js.settle()
             try:
@@ -417,7 +376,7 @@ class ShellWorld:
         rng, p = self.rng, self.p
         while True:
             await asyncio.sleep(rng.randint(500, 3_000) / 1000)
-            if self._now() >= until_ms:
+            if self.now_ms() >= until_ms:
                 return
             kinds = [k for k, on in (("crash", p.crashes), ("cut", p.partitions)) if on]
             if not kinds:
@@ -479,11 +438,11 @@ class ShellWorld:
             tasks.append(loop.create_task(self._chaos(chaos_until)))
             tasks.append(loop.create_task(self._consume(self._home, self.p.run_ms)))
             if self.p.failover_ms:
-                if await self._until(self.p.failover_ms):
+                if await self.until(self.p.failover_ms):
                     return
                 await self._failover()
                 tasks.append(loop.create_task(self._consume(self._home, self.p.run_ms)))
-            if await self._until(self.p.run_ms):
+            if await self.until(self.p.run_ms):
                 return
             self._check_no_loss()
         finally:
@@ -506,23 +465,6 @@ class ShellWorld:
             entry = data_entry(self.vs, msg.seq, msg.headers)
             if not self.consumed[(entry.origin, entry.origin_seq)]:
                 raise self.fail(f"loss: {entry} in {self._home} never consumed")
-
-    async def _until(self, at_ms: int) -> bool:
-        remaining = at_ms / 1000 - asyncio.get_running_loop().time()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._failed.wait(), max(0.0, remaining))
-        return self.violation is not None
-
-    def run(self) -> ShellResult:
-        loop = looptime.new_event_loop(start=0)
-        try:
-            with structlog.testing.capture_logs():
-                loop.run_until_complete(self._main())
-        except Violation:
-            pass  # recorded (`fail`)
-        finally:
-            loop.close()
-        return ShellResult(self.seed, self.p, self.violation, list(self.trace), dict(self.stats))
 
 
 def _handles(region: str, port: SimPort, clock: Callable[[], int]) -> RegionHandles:

@@ -110,6 +110,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rsub_dev.sim.outcome import SimResult, Violation
 from sidecar.naming import VirtualStream
 from sidecar.protocol import (
     Action,
@@ -296,23 +297,7 @@ class SimParams:
         )
 
 
-@dataclass(slots=True)
-class SimResult:
-    seed: int
-    params: SimParams
-    violation: str | None
-    trace: list[str]
-    stats: dict[str, int]
-
-    def report(self) -> str:
-        lines = [f"seed={self.seed} params={self.params}", f"stats={self.stats}"]
-        if self.violation:
-            lines += [f"VIOLATION: {self.violation}", "last events:", *self.trace]
-        return "\n".join(lines)
-
-
-class Violation(Exception):
-    pass
+WorldResult = SimResult[SimParams]
 
 
 @dataclass(slots=True)
@@ -526,7 +511,7 @@ class World:
     def _note(self, what: str, *args: object) -> None:
         self.trace.append((self.now, what, args))
 
-    def run(self) -> SimResult:
+    def run(self) -> WorldResult:
         violation = None
         try:
             self._setup()
@@ -1751,7 +1736,7 @@ def run(
     seed: int,
     params: SimParams | None = None,
     factory: MachineFactory = StreamMachine,
-) -> SimResult:
+) -> WorldResult:
     """One run; parameters are drawn from the seed when not given."""
     if params is None:
         params = SimParams.draw(random.Random(seed ^ 0x5EED))
