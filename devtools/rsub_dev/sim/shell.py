@@ -81,6 +81,9 @@ class ShellParams:
     before the failover."""
     partitions: bool = False
     """Regions other than the home are cut from the others for a while, then healed."""
+    garbage: bool = False
+    """Junk is published on the marker subjects: every sidecar reads it, rejects it (counted
+    and logged) and goes on."""
     action_failures: float = 0.0
     """Of the requests that read, move or create a consumer: fail (an error, no reply, or
     done with the reply lost) while the home region is up."""
@@ -99,6 +102,7 @@ class ShellParams:
             action_failures=rng.choice([0.0, 0.0, 0.1, 0.3]),
             crashes=rng.random() < 0.5,
             partitions=rng.random() < 0.5,
+            garbage=rng.random() < 0.3,
             replicas=rng.choice([1, 1, 2, 3]),
         )
 
@@ -378,11 +382,20 @@ class ShellWorld(LoopWorld[ShellParams]):
             await asyncio.sleep(rng.randint(500, 3_000) / 1000)
             if self.now_ms() >= until_ms:
                 return
-            kinds = [k for k, on in (("crash", p.crashes), ("cut", p.partitions)) if on]
+            kinds = [
+                k
+                for k, on in (("crash", p.crashes), ("cut", p.partitions), ("junk", p.garbage))
+                if on
+            ]
             if not kinds:
                 return
             kind = rng.choice(kinds)
-            if kind == "crash":
+            if kind == "junk":
+                region = rng.choice(sorted(self._live))
+                self.note(f"junk on {region}'s marker subject")
+                self.stats["junk"] += 1
+                self.js.publish(self.vs.marker_subject(region), rng.randbytes(rng.randint(0, 40)))
+            elif kind == "crash":
                 sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
                 name = f"{sidecar.region}-{sidecar.index}"
                 self.note(f"{name} crashes")
