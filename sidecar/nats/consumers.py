@@ -271,26 +271,15 @@ async def move_forward(
     """
     info = await port.consumer_info(stream, durable, timeout_s=timeout_s)
     start = await _clamped_start(port, stream, position, timeout_s)
-    if not _behind(info, start):
+    if not await _worth_a_reset(port, stream, durable, info, start, timeout_s):
         return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
-    # The messages between the consumer and `start` stay as they are (a stream only grows at
-    # its end, past `start - 1`), so this holds under the pause below too.
-    filters = filters_of(info.get("config") or {})
-    first = await first_delivered(port, stream, _reached(info) + 1, filters, timeout_s=timeout_s)
-    if first is None or first >= start:
-        log.debug(
-            "subscription_move_skipped",
-            stream=stream,
-            subscription=durable,
-            requested=position,
-            reason="none of its messages before the position",
-        )
-        return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
-    # Safety: the check above and the reset are two requests; a client fetching between them
-    # would get messages past `start - 1` that the reset then rewinds (delivered again, their
-    # acks unanswered). Paused, the consumer delivers nothing, so the re-check under the pause
-    # still holds when the reset lands. A consumer its user paused delivers nothing either,
-    # and is left paused. If rsub dies inside the window the pause lapses by itself.
+    # Safety: the check above and the reset are several requests; a client fetching between
+    # them would get messages past `start - 1` that the reset then rewinds (delivered again,
+    # their acks unanswered), or the last of its messages before `start`, leaving only
+    # markers to pass (simulation seed 866299904591). Paused, the consumer delivers nothing,
+    # so the same check, made again under the pause, still holds when the reset lands. A
+    # consumer its user paused delivers nothing either, and is left paused. If rsub dies
+    # inside the window the pause lapses by itself.
     # A pause is a configuration change, which needs the JetStream meta leader; a region
     # that lost it (most regions down) can still reset. Then the move goes on unpaused: the
     # race can only rewind a consumer (duplicates), never move it past unconsumed data.
@@ -298,7 +287,7 @@ async def move_forward(
     try:
         info = await port.consumer_info(stream, durable, timeout_s=timeout_s)
         before = _ack_floor(info)
-        if not _behind(info, start):
+        if not await _worth_a_reset(port, stream, durable, info, start, timeout_s):
             return MoveOutcome(False, before, before)
         reply = await port.consumer_reset(stream, durable, start, timeout_s=timeout_s)
     finally:
@@ -314,6 +303,33 @@ async def move_forward(
         requested=position,
     )
     return MoveOutcome(True, before, after)
+
+
+async def _worth_a_reset(
+    port: JetStreamPort,
+    stream: str,
+    durable: str,
+    info: Mapping[str, Any],
+    start: int,
+    timeout_s: float,
+) -> bool:
+    """Whether the consumer (as `info` shows it) has neither acked nor delivered up to
+    `start - 1` and one of its messages lies before `start`. The messages between it and
+    `start` stay as they are (a stream only grows at its end, past `start - 1`)."""
+    if not _behind(info, start):
+        return False
+    filters = filters_of(info.get("config") or {})
+    first = await first_delivered(port, stream, _reached(info) + 1, filters, timeout_s=timeout_s)
+    if first is None or first >= start:
+        log.debug(
+            "subscription_move_skipped",
+            stream=stream,
+            subscription=durable,
+            requested=start - 1,
+            reason="none of its messages before the position",
+        )
+        return False
+    return True
 
 
 def _ack_floor(info: Mapping[str, Any]) -> int:

@@ -65,6 +65,15 @@ def test_the_real_runtime_keeps_every_property(params: Callable[[int], ShellPara
         assert result.stats.get("consumed", 0) > 0
 
 
+def test_seed_866299904591_no_reset_over_markers_after_a_fetch_before_the_pause() -> None:
+    """Found by `make soak` on the real runtime: the application fetched the last data
+    message before the position between `move_forward`'s look for one and its pause; the
+    re-check under the pause looked only at whether the consumer was behind, so the reset
+    passed a marker alone and disturbed a consumer in use (the harm of chaos seed 508)."""
+    result = run_shell(866299904591)
+    assert result.violation is None, result.report()
+
+
 def test_same_seed_same_run() -> None:
     first, second = run_shell(3), run_shell(3)
     assert first.trace == second.trace and first.stats == second.stats
