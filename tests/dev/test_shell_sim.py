@@ -11,12 +11,14 @@ import random
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 
 from rsub_dev.sim.shell import ShellParams, run_shell
 from sidecar.nats import consumers
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import (
     CreateConsumer,
     CreateCursor,
@@ -28,6 +30,33 @@ from sidecar.runtime.driver import StreamDriver
 
 # Every broken variant below must be caught within this many seeds (from seed 0).
 BUDGET = 60
+
+
+@pytest.fixture
+def rechecks_only_behind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`move_forward` as it was before seed 866299904591: under the pause it checks only that
+    the consumer is still behind, not that one of its messages still lies before the
+    position (the look made before the pause stands)."""
+    worth = consumers._worth_a_reset
+    looked: set[tuple[str, str]] = set()
+
+    async def once(
+        port: JetStreamPort,
+        stream: str,
+        durable: str,
+        info: Mapping[str, Any],
+        start: int,
+        timeout_s: float,
+    ) -> bool:
+        key = (stream, durable)
+        if key in looked:  # the second call of a move: under the pause
+            looked.discard(key)
+            return consumers._behind(info, start)
+        looked.add(key)
+        return await worth(port, stream, durable, info, start, timeout_s)
+
+    monkeypatch.setattr(consumers, "_worth_a_reset", once)
+    yield
 
 
 def _drawn(seed: int) -> ShellParams:
@@ -63,6 +92,12 @@ def test_the_real_runtime_keeps_every_property(params: Callable[[int], ShellPara
         result = run_shell(seed, params(seed))
         assert result.violation is None, result.report()
         assert result.stats.get("consumed", 0) > 0
+
+
+@pytest.mark.usefixtures("rechecks_only_behind")
+def test_the_simulation_catches_the_recheck_under_the_pause_left_out() -> None:
+    result = run_shell(866299904591)
+    assert result.violation is not None and result.violation.startswith("over markers alone:")
 
 
 def test_seed_866299904591_no_reset_over_markers_after_a_fetch_before_the_pause() -> None:
