@@ -112,15 +112,24 @@ class ExactConsumer:
 
         Covered messages fetched meanwhile are acked and dropped. Fetches again while all
         were covered; raises `nats.errors.TimeoutError` when no uncovered message came
-        within `timeout` seconds.
+        within `timeout` seconds, also where nats-py raised a bare `asyncio.TimeoutError`
+        (then its `__cause__`).
         """
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left < _MIN_FETCH_S:
                 raise nats.errors.TimeoutError
+            try:
+                fetched = await self._sub.fetch(batch, left)
+            except TimeoutError as err:
+                if isinstance(err, nats.errors.TimeoutError):
+                    raise
+                # nats-py (2.16, `_fetch_n`) raises a bare `asyncio.TimeoutError` when a
+                # pull's answer is handled after the fetch's deadline (a busy event loop).
+                raise nats.errors.TimeoutError from err
             kept = []
-            for msg in await self._sub.fetch(batch, left):
+            for msg in fetched:
                 if self.covers(msg):
                     await msg.ack()
                     self.skipped += 1

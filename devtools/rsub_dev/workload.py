@@ -8,16 +8,18 @@ plain durable of its own: unlike `read_stored` (an ordered consumer), its fetche
 JetStream meta leader, so it still reads a region left alone after the others were lost.
 `wait_settled` waits until a sidecar's view of some subscriptions stops changing;
 `lose_region` loses a whole region at once and `uncovered` counts deliveries no progress
-vector covers.
+vector covers. `busy_event_loop` keeps the client's own event loop busy, as an
+application's CPU work between awaits does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nats.aio.client import Client
@@ -36,6 +38,26 @@ FETCH_BATCH = 100
 FETCH_WAIT_S = 0.25
 ACK_TIMEOUT_S = 10.0
 _LEDGER_BATCH = 500
+
+
+@contextlib.asynccontextmanager
+async def busy_event_loop(seed: int, longest_s: float) -> AsyncIterator[None]:
+    """While inside: a task holding the event loop for a random time up to `longest_s`, then
+    letting the others run once, again and again (seeded)."""
+    rng = random.Random(seed)
+
+    async def hold() -> None:
+        while True:
+            time.sleep(rng.uniform(0, longest_s))  # noqa: ASYNC251 (holding the loop is the point)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(hold())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @dataclass

@@ -18,6 +18,7 @@ from nats.js.api import DeliverPolicy, StreamConfig, StreamSource
 from nats.js.client import JetStreamContext
 
 from rsub_dev.sidecars import durable_config, wait_until
+from rsub_dev.workload import busy_event_loop
 from sidecar._gen.rsub.v1 import api_pb2
 from sidecar.exact import ExactConsumer, progress_of
 from sidecar.naming import SOURCE_HEADER, VirtualStream
@@ -109,3 +110,41 @@ async def test_exact_consumer_skips_exactly_the_covered_messages(tmp_path: Path)
         finally:
             await nc.close()
             sidecar.stop()
+
+
+def from_bare(err: TimeoutError) -> bool:
+    """Whether nats-py raised a bare timeout (not a `nats.errors.TimeoutError`): `err` itself,
+    or its cause where `ExactConsumer.fetch` raised the documented error instead."""
+    nats_py = err.__cause__ if isinstance(err.__cause__, TimeoutError) else err
+    return not isinstance(nats_py, nats.errors.TimeoutError)
+
+
+async def test_a_fetch_on_a_busy_event_loop_times_out_with_the_documented_error(
+    tmp_path: Path,
+) -> None:
+    """nats-py's `fetch` of a batch raises a bare `asyncio.TimeoutError` when a pull's answer
+    from the server is handled after the fetch's deadline (`_fetch_n`, nats-py 2.16): on a
+    busy event loop, often. `ExactConsumer.fetch` raises `nats.errors.TimeoutError` in every
+    case (the bare error as its cause), as docs/exact-client.md's loop expects."""
+    async with LoneServer(tmp_path, {}) as server:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await apply_topology(nc, VS, cluster_for_region=lambda _: None)
+            await js.add_consumer(READ, durable_config(VS, "billing"))
+            exact = ExactConsumer(await js.pull_subscribe_bind("billing", READ), {}, VS)
+            raised: list[TimeoutError] = []
+            async with busy_event_loop(seed=3, longest_s=0.002):
+                # Each fetch of the empty read stream times out; about half of nats-py's
+                # timeouts are bare ones here. Fetch until a few of those were seen.
+                for _ in range(400):
+                    try:
+                        await exact.fetch(2, timeout=0.02)
+                    except TimeoutError as err:
+                        raised.append(err)
+                    if sum(map(from_bare, raised)) >= 5:
+                        break
+            assert [type(e) for e in raised if not isinstance(e, nats.errors.TimeoutError)] == []
+            assert sum(map(from_bare, raised)) >= 5  # the bare error was really provoked
+        finally:
+            await nc.close()

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry, OriginIndex
+from tests.protocol.origin_reference import (
+    brute_position,
+    brute_trim,
+    brute_vector,
+    busy_read_stream,
+    covered,
+    trim_positions,
+)
 
 ORIGINS = ("west", "east", "central")
 
@@ -27,27 +37,6 @@ def read_streams(draw: st.DrawFn) -> list[DataEntry]:
         entries.append(DataEntry(read_seq, origin, next_origin[origin]))
         next_origin[origin] += 1
     return entries
-
-
-def covered(entry: DataEntry, vector: dict[str, int]) -> bool:
-    return entry.origin != UNKNOWN_ORIGIN and entry.origin_seq <= vector.get(entry.origin, 0)
-
-
-def brute_vector(entries: list[DataEntry], mark_delete: int) -> dict[str, int]:
-    vector: dict[str, int] = {}
-    for e in entries:
-        if e.read_seq <= mark_delete and e.origin != UNKNOWN_ORIGIN:
-            vector[e.origin] = max(vector.get(e.origin, 0), e.origin_seq)
-    return vector
-
-
-def brute_position(entries: list[DataEntry], vector: dict[str, int], after: int) -> int:
-    end = entries[-1].read_seq if entries else 0
-    position = max(end, after)
-    for e in entries:
-        if e.read_seq > after and not covered(e, vector):
-            return e.read_seq - 1
-    return position
 
 
 def build(entries: list[DataEntry], trim_at: int | None = None) -> OriginIndex:
@@ -137,3 +126,22 @@ def test_replayed_entries_are_skipped() -> None:
     assert index.add([DataEntry(1, "west", 1), DataEntry(2, "west", 2)]) == 2
     assert index.add([DataEntry(2, "west", 2), DataEntry(3, "east", 1)]) == 1
     assert index.vector_at(3) == {"west": 2, "east": 1}
+
+
+def test_trimming_a_busy_stream_matches_the_reference() -> None:
+    """Thousands of interleaved messages, trimmed at many positions: the trim point and the
+    runs kept are the reference's, and every answer at or above the trim point is exact."""
+    rng = random.Random(20_231)
+    entries = busy_read_stream(rng, 16_000, ORIGINS)
+    end = entries[-1].read_seq
+    for position in trim_positions(rng, entries, 16):
+        index = build(entries, position)
+        trim_point, kept = brute_trim(entries, position)
+        assert 0 < trim_point <= position  # this trim drops runs, never past the position
+        assert (index.trimmed_through, index.runs) == (trim_point, kept)
+        marks = {trim_point, trim_point + 1, position, position + 1, end}
+        for mark_delete in sorted(marks | set(rng.sample(range(trim_point, end + 1), 12))):
+            assert index.vector_at(mark_delete) == brute_vector(entries, mark_delete)
+        vector = brute_vector(entries, rng.randint(position, end))
+        for after in (trim_point, position, rng.randint(trim_point, end)):
+            assert index.position_for(vector, after) == brute_position(entries, vector, after)

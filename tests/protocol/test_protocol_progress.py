@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Mapping, Sequence
 
 from sidecar.protocol import (
     CreateConsumer,
@@ -21,6 +22,13 @@ from sidecar.protocol import (
     marker_msg_id,
 )
 from sidecar.protocol.origins import DataEntry
+from tests.protocol.origin_reference import (
+    brute_position,
+    brute_trim,
+    brute_vector,
+    busy_read_stream,
+    trim_positions,
+)
 
 STREAM = "V"
 REGIONS = ("a", "b", "c")
@@ -42,6 +50,21 @@ def updates(outputs: Sequence[Output]) -> list[Marker]:
         for o in outputs
         if isinstance(o, PublishReplicated) and isinstance(o.marker.body, Update)
     ]
+
+
+def vectors(outputs: Sequence[Output]) -> dict[str, tuple[dict[str, int], int]]:
+    """Per subscription, the vector and its position in the updates among `outputs`."""
+    sent = {}
+    for marker in updates(outputs):
+        assert isinstance(marker.body, Update)
+        sent[marker.body.subscription] = (dict(marker.body.progress), marker.body.progress_position)
+    return sent
+
+
+def vector_update(origin: str, progress: Mapping[str, int], at: int) -> Marker:
+    """An update of `d` from `origin` carrying a vector only."""
+    body = Update("d", SUBS["d"].kind, None, 0, {}, b"cfg-d", dict(progress), at)
+    return Marker(origin, STREAM, 1, body)
 
 
 def entries(*spec: tuple[int, str, int]) -> list[DataEntry]:
@@ -200,3 +223,85 @@ def test_a_vector_that_grew_at_the_same_position_gets_its_own_message_id() -> No
     assert first.body.progress_position == second.body.progress_position == 6
     assert first.body.progress != second.body.progress
     assert marker_msg_id(first) != marker_msg_id(second)
+
+
+def test_received_vectors_merge_elementwise_not_by_arrival() -> None:
+    """docs/protocol.md §6, "Applying": b's progress is the elementwise maximum of the vectors
+    it received, whichever came last; the move follows the merged vector."""
+    b = machine("b")
+    # Q_b: a1 c1 a2 a3 a4 c2 a5 b1: {a: 5, c: 2} covers up to 7, {a: 3, c: 2} only up to 4.
+    q_b = entries(
+        (1, "a", 1), (2, "c", 1), (3, "a", 2), (4, "a", 3),
+        (5, "a", 4), (6, "c", 2), (7, "a", 5), (8, "b", 1),
+    )  # fmt: skip
+    b.data_indexed(q_b)
+    b.positions_read({"d": 0}, 8)
+    b.marker_seen(9, vector_update("a", {"a": 5, "c": 1}, 7))
+    b.marker_seen(10, vector_update("c", {"a": 3, "c": 2}, 6))
+    view = b.subscription("d")
+    assert view is not None and dict(view.progress) == {"a": 5, "c": 2}
+    out = b.positions_read({"d": 0}, 8)
+    assert [o for o in out if isinstance(o, MoveConsumer)] == [MoveConsumer("d", 7)]
+
+
+def test_many_received_vectors_merge_to_their_elementwise_maximum() -> None:
+    """Vectors from two regions, each rising but arriving interleaved, so that the one just
+    received is often below the other's on some origin: after each, b's progress and the
+    position it moves to are those of the elementwise maximum of all received so far."""
+    rng = random.Random(5)
+    b = machine("b")
+    q_b = busy_read_stream(rng, 3_000, REGIONS)
+    end = q_b[-1].read_seq
+    b.data_indexed(q_b)
+    b.positions_read({"d": 0}, end)
+    sent = {"a": {"a": 0, "b": 0, "c": 0}, "c": {"a": 0, "b": 0, "c": 0}}
+    merged: dict[str, int] = {}
+    for seq in range(end + 1, end + 200):
+        origin = rng.choice(("a", "c"))
+        vector = sent[origin]
+        for o in rng.sample(REGIONS, 2):
+            vector[o] += rng.randint(0, 15)
+        named = {o: s for o, s in vector.items() if s}  # a vector leaves out origins at 0
+        b.marker_seen(seq, vector_update(origin, named, seq))
+        for o, s in named.items():
+            merged[o] = max(merged.get(o, 0), s)
+        view = b.subscription("d")
+        assert view is not None and dict(view.progress) == merged
+    out = b.positions_read({"d": 0}, end)
+    position = brute_position(q_b, merged, 0)
+    assert position > 0
+    assert [o for o in out if isinstance(o, MoveConsumer)] == [MoveConsumer("d", position)]
+
+
+def test_the_index_is_trimmed_exactly_at_the_lowest_mark_delete() -> None:
+    """Thousands of interleaved messages, replicated subscriptions at various mark-deletes
+    (the lowest at or just before the end of a run): each sends the exact vector at its
+    mark-delete; the index is then trimmed at the lowest one and no further (trim point and
+    runs kept as the reference computes them); afterwards a vector is read exactly at any
+    position at or above the trim point, and none below it."""
+    rng = random.Random(11)
+    q_a = busy_read_stream(rng, 16_000, REGIONS)
+    end = q_a[-1].read_seq
+    for lowest in trim_positions(rng, q_a, 12):
+        marks = {"d0": lowest} | {f"d{i}": rng.randint(lowest, end) for i in range(1, 5)}
+        a = StreamMachine(MachineConfig("a", STREAM, REGIONS, interval_ms=INTERVAL))
+        a.subscriptions_changed(dict.fromkeys(marks, SubscriptionInfo()))
+        a.became_leader(1)
+        a.data_indexed(q_a)
+        a.tick(1_000)
+        sent = vectors(a.positions_read(marks, end))
+        assert sent == {name: (brute_vector(q_a, m), m) for name, m in marks.items()}
+
+        trim_point, kept = brute_trim(q_a, lowest)
+        assert 0 < trim_point <= lowest  # runs were dropped, none past the lowest mark-delete
+        assert a.origin_index_runs == kept
+
+        probes = {trim_point - 1, trim_point, trim_point + 1, lowest, lowest + 1}
+        probes |= set(rng.sample(range(trim_point, end + 1), 8))
+        new = {f"p{m}": m for m in probes}
+        a.subscriptions_changed(dict.fromkeys(marks | new, SubscriptionInfo()))
+        a.tick(2_000)
+        sent = vectors(a.positions_read(marks | new, end))
+        expected = {n: (brute_vector(q_a, m), m) for n, m in new.items() if m >= trim_point}
+        assert sent == expected
+        assert a.origin_index_runs == kept  # nothing more goes below the trim point
