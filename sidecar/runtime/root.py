@@ -21,12 +21,13 @@ from sidecar.config import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection, NatsRefused
 from sidecar.nats.cursors import CursorStore
-from sidecar.nats.lease import LeaseState
 from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.regional_kv import open_regional_kv
-from sidecar.nats.shards import Member, ShardLeases, shard_of
+from sidecar.nats.shards import Member, ShardLeases
 from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
+from sidecar.protocol.leases import LeaseState
+from sidecar.protocol.shards import shard_of
 from sidecar.runtime.backend import RuntimeBackend
 from sidecar.runtime.discovery import StreamDiscovery
 from sidecar.runtime.driver import StreamDriver

@@ -21,7 +21,8 @@ from nats.js.kv import KeyValue
 from sidecar.nats.lease import Lease, LeaseState
 from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.regional_kv import open_regional_kv
-from sidecar.nats.shards import GATE_KEY, Member, ShardLeases, excess, shard_of, share
+from sidecar.nats.shards import GATE_KEY, Member, ShardLeases
+from sidecar.protocol.shards import excess, shard_of, share
 
 pytestmark = pytest.mark.integration
 
