@@ -108,7 +108,7 @@ class Runtime(RuntimeBackend):
         )
         self._discovery = (
             StreamDiscovery(
-                config, conn, self.metrics, add=self._add_stream, drop=self._drop_stream
+                config, handles.port, self.metrics, add=self._add_stream, drop=self._drop_stream
             )
             if config.discovery.enabled
             else None
@@ -248,7 +248,7 @@ class Runtime(RuntimeBackend):
         kv = await self._retry(
             f"kv bucket {bucket}",
             lambda: open_regional_kv(
-                conn.js,
+                self._handles.port,
                 bucket,
                 self.config.cluster_for(self.region),
                 replicas=self.config.lease.replicas,
@@ -328,7 +328,7 @@ class Runtime(RuntimeBackend):
 
     async def _topology(self, vs: VirtualStream) -> None:
         report = await apply_topology(
-            self._handles.conn.nc,
+            self._handles.port,
             vs,
             cluster_for_region=self.config.cluster_for,
             replicas=self.config.stream(vs.name).replicas,
