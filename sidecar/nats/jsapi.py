@@ -15,11 +15,9 @@ from typing import Any
 from nats.aio.client import Client
 from nats.js.errors import APIError
 
+from sidecar.nats.port import NO_MESSAGE_FOUND
+
 API_PREFIX = "$JS.API"
-# `err_code` of a `STREAM.MSG.GET` that matched no message.
-NO_MESSAGE_FOUND = 10037
-# `err_code` of a request about a stream that does not exist.
-STREAM_NOT_FOUND = 10059
 
 
 async def request(
@@ -28,12 +26,11 @@ async def request(
     payload: Mapping[str, Any] | None = None,
     *,
     timeout_s: float,
-    prefix: str = API_PREFIX,
 ) -> dict[str, Any]:
     """One API call (`op` as `STREAM.INFO.orders`); an error reply raises the matching
     `nats.js.errors.APIError` (its `err_code` tells the JetStream error apart)."""
     body = json.dumps(payload).encode() if payload is not None else b""
-    reply = await nc.request(f"{prefix}.{op}", body, timeout=timeout_s)
+    reply = await nc.request(f"{API_PREFIX}.{op}", body, timeout=timeout_s)
     data: dict[str, Any] = json.loads(reply.data)
     if "error" in data:
         APIError.from_error(data["error"])  # raises
@@ -47,7 +44,6 @@ async def msg_get(
     *,
     next_by_subj: str | None = None,
     timeout_s: float,
-    prefix: str = API_PREFIX,
 ) -> dict[str, Any] | None:
     """The stored message at `seq` (with `next_by_subj`: the first at or after `seq` on that
     subject) as the server gives it (`seq`, `subject`, base64 `hdrs` and `data`, `time`), or
@@ -56,9 +52,7 @@ async def msg_get(
     if next_by_subj is not None:
         query["next_by_subj"] = next_by_subj
     try:
-        reply = await request(
-            nc, f"STREAM.MSG.GET.{stream}", query, timeout_s=timeout_s, prefix=prefix
-        )
+        reply = await request(nc, f"STREAM.MSG.GET.{stream}", query, timeout_s=timeout_s)
     except APIError as err:
         if err.err_code == NO_MESSAGE_FOUND:
             return None
@@ -72,7 +66,6 @@ async def stream_names(
     *,
     subject: str | None = None,
     timeout_s: float,
-    prefix: str = API_PREFIX,
 ) -> list[str]:
     """The names of the account's streams (with `subject`: those whose subjects overlap it).
     `STREAM.NAMES` answers one page at a time (1024 names on nats-server 2.15, the `limit` of
@@ -83,7 +76,7 @@ async def stream_names(
         query: dict[str, Any] = {"offset": len(names)}
         if subject is not None:
             query["subject"] = subject
-        reply = await request(nc, "STREAM.NAMES", query, timeout_s=timeout_s, prefix=prefix)
+        reply = await request(nc, "STREAM.NAMES", query, timeout_s=timeout_s)
         page = reply.get("streams") or []
         names.extend(str(name) for name in page)
         if not page or len(names) >= int(reply.get("total", 0)):

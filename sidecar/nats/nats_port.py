@@ -80,6 +80,19 @@ class NatsPort:
             self._nats.nc, f"STREAM.INFO.{stream}", query, timeout_s=timeout_s
         )
 
+    async def stream_names(self, *, subject: str | None = None, timeout_s: float) -> list[str]:
+        return await jsapi.stream_names(self._nats.nc, subject=subject, timeout_s=timeout_s)
+
+    async def stream_create(self, config: Mapping[str, Any], *, timeout_s: float) -> ApiJson:
+        return await jsapi.request(
+            self._nats.nc, f"STREAM.CREATE.{config['name']}", config, timeout_s=timeout_s
+        )
+
+    async def stream_update(self, config: Mapping[str, Any], *, timeout_s: float) -> ApiJson:
+        return await jsapi.request(
+            self._nats.nc, f"STREAM.UPDATE.{config['name']}", config, timeout_s=timeout_s
+        )
+
     async def stream_purge(self, stream: str, subject: str, *, timeout_s: float) -> ApiJson:
         return await jsapi.request(
             self._nats.nc, f"STREAM.PURGE.{stream}", {"filter": subject}, timeout_s=timeout_s

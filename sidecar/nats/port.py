@@ -2,7 +2,8 @@
 
 Every operation the runtime (and the modules of `sidecar.nats` it uses) really asks of NATS
 is here, and nothing else: publish a marker, read a stream (what is stored, or live), read
-a stream's state and stored messages, list, read, create, reset and pause consumers, a
+a stream's state and stored messages, list, create and update streams (the bring-up's
+topology and KV bucket, discovery), list, read, create, reset and pause consumers, a
 key-value bucket's operations (cursors and leases), and the core-NATS signals (acks and
 consumer advisories). `NatsPort` (`sidecar.nats.nats_port`) is the real one, over nats-py
 (the connection's client), every JetStream API request through one request path
@@ -24,6 +25,11 @@ from typing import Any, Protocol
 
 ApiJson = dict[str, Any]
 """A JetStream API reply, as the server sends it (`STREAM.INFO`, `CONSUMER.INFO`, ...)."""
+
+# `err_code` of an `APIError` about a stream that does not exist.
+STREAM_NOT_FOUND = 10059
+# `err_code` of a `STREAM.MSG.GET` that matched no message.
+NO_MESSAGE_FOUND = 10037
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,20 @@ class JetStreamPort(Protocol):
     ) -> ApiJson:
         """`STREAM.INFO`: configuration and state (`state.last_seq`, ...); with
         `subjects_filter`, `state.subjects` counts the messages of each subject matching it."""
+        ...
+
+    async def stream_names(self, *, subject: str | None = None, timeout_s: float) -> list[str]:
+        """`STREAM.NAMES`, every page: the account's streams (with `subject`: those whose
+        subjects overlap it)."""
+        ...
+
+    async def stream_create(self, config: Mapping[str, Any], *, timeout_s: float) -> ApiJson:
+        """`STREAM.CREATE` of `config` (the server's JSON; again with the same configuration
+        changes nothing; with another, `stream name already in use`)."""
+        ...
+
+    async def stream_update(self, config: Mapping[str, Any], *, timeout_s: float) -> ApiJson:
+        """`STREAM.UPDATE` to `config`, a whole configuration (the server's JSON)."""
         ...
 
     async def stream_purge(self, stream: str, subject: str, *, timeout_s: float) -> ApiJson:

@@ -2,7 +2,7 @@
 
 `js.create_key_value(placement=...)` ignores the placement (DESIGN §8), so the bucket's
 backing stream `KV_<bucket>` is created here with the KV layout and the placement, and then
-bound with `js.key_value(bucket)`.
+bound (`key_value`), all through the region's port (`JetStreamPort`).
 
 The bucket keeps a region's leases and cursors: with one replica, losing the one server that
 holds it stops leadership and `CommitCursor` in the region (docs/reliability.md, seed 7). It
@@ -15,15 +15,14 @@ for more (a one-server region) is then what the operator runs, not a fault.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 from nats.errors import Error as NatsError
-from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, NotFoundError
-from nats.js.kv import KeyValue
+from nats.js.errors import APIError
+
+from sidecar.nats.port import STREAM_NOT_FOUND, ApiJson, JetStreamPort, KeyValueBucket
 
 log = structlog.get_logger(__name__)
 
@@ -34,49 +33,62 @@ _STREAM_NAME_IN_USE = 10058
 # The server cannot place that many replicas: "insufficient resources" (fewer servers in
 # the cluster) and "replicas > 1 not supported in non-clustered mode" (a stand-alone server).
 _CANNOT_PLACE = frozenset({10005, 10074})
+# nats-py's default for its JetStream requests, which this module made before the port.
+_REQUEST_TIMEOUT_S = 5.0
+_NS_PER_S = 1_000_000_000
 
 
-def kv_stream_config(bucket: str, cluster: str, replicas: int) -> api.StreamConfig:
-    """The backing stream of KV bucket `bucket`, placed in cluster `cluster`."""
-    return api.StreamConfig(
-        name=f"KV_{bucket}",
-        subjects=[f"$KV.{bucket}.>"],
-        allow_rollup_hdrs=True,
-        allow_direct=True,
-        deny_delete=True,
-        deny_purge=False,
-        discard=api.DiscardPolicy.NEW,
-        max_msgs_per_subject=1,
-        max_consumers=64,
-        duplicate_window=120.0,
-        num_replicas=replicas,
-        storage=api.StorageType.FILE,
-        placement=api.Placement(cluster=cluster),
-    )
+def kv_stream_config(bucket: str, cluster: str, replicas: int) -> ApiJson:
+    """The backing stream of KV bucket `bucket`, placed in cluster `cluster` (the server's
+    JSON, as nats-py sends a key-value bucket's stream)."""
+    return {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "max_consumers": 64,
+        "discard": "new",
+        "discard_new_per_subject": False,
+        "max_msgs_per_subject": 1,
+        "max_msg_size": -1,
+        "storage": "file",
+        "num_replicas": replicas,
+        "no_ack": False,
+        "duplicate_window": 120 * _NS_PER_S,
+        "placement": {"cluster": cluster},
+        "sealed": False,
+        "deny_delete": True,
+        "deny_purge": False,
+        "allow_rollup_hdrs": True,
+        "allow_direct": True,
+        "max_age": 0,
+    }
 
 
 async def open_regional_kv(
-    js: JetStreamContext, bucket: str, cluster: str, *, replicas: int | None = None
-) -> KeyValue:
+    port: JetStreamPort, bucket: str, cluster: str, *, replicas: int | None = None
+) -> KeyValueBucket:
     """Create (if absent) and bind the KV bucket `bucket`, placed in cluster `cluster`, with
     `replicas` replicas (None: as many as the cluster can place, up to `DEFAULT_REPLICAS`)."""
     wanted = [replicas] if replicas is not None else list(range(DEFAULT_REPLICAS, 0, -1))
     fewer = log.warning if replicas is not None else log.info  # fewer replicas than wanted
     try:
-        info = await js.stream_info(f"KV_{bucket}")
-    except NotFoundError:
-        await _create(js, bucket, cluster, wanted, fewer)
+        info = await port.stream_info(f"KV_{bucket}", timeout_s=_REQUEST_TIMEOUT_S)
+    except APIError as err:
+        if err.err_code != STREAM_NOT_FOUND:
+            raise
+        await _create(port, bucket, cluster, wanted, fewer)
     else:
-        await _raise_replicas(js, bucket, info.config, wanted, fewer)
-    return await js.key_value(bucket)
+        await _raise_replicas(port, bucket, info["config"], wanted, fewer)
+    return await port.key_value(bucket)
 
 
 async def _create(
-    js: JetStreamContext, bucket: str, cluster: str, wanted: list[int], fewer: Callable[..., Any]
+    port: JetStreamPort, bucket: str, cluster: str, wanted: list[int], fewer: Callable[..., Any]
 ) -> None:
     for count in wanted:
         try:
-            await js.add_stream(kv_stream_config(bucket, cluster, count))
+            await port.stream_create(
+                kv_stream_config(bucket, cluster, count), timeout_s=_REQUEST_TIMEOUT_S
+            )
         except APIError as err:
             if err.err_code == _STREAM_NAME_IN_USE:
                 # Created meanwhile (another replica) with another configuration: use it.
@@ -105,20 +117,23 @@ async def _create(
 
 
 async def _raise_replicas(
-    js: JetStreamContext,
+    port: JetStreamPort,
     bucket: str,
-    config: api.StreamConfig,
+    config: ApiJson,
     wanted: list[int],
     fewer: Callable[..., Any],
 ) -> None:
     """Raise an existing bucket's replicas to the first count of `wanted` the cluster can
     place; never lowers them. A bucket that cannot be raised is used as it is, said with
-    `fewer`."""
-    current = config.num_replicas or 1
+    `fewer`. The update sends the server's own configuration back, only the replicas
+    changed."""
+    current = config.get("num_replicas") or 1
     error = ""
     for count in (c for c in wanted if c > current):
         try:
-            await js.update_stream(dataclasses.replace(config, num_replicas=count))
+            await port.stream_update(
+                {**config, "num_replicas": count}, timeout_s=_REQUEST_TIMEOUT_S
+            )
         except APIError as err:
             error = err.description or repr(err)
             continue

@@ -31,6 +31,10 @@ gate's holder writes the replica's own shard count: while an older replica (no c
 one with another count holds the gate, it takes no shard and releases those it holds. The
 gate is never released on stop; it expires and another replica takes it over.
 
+Every decision above (the shard of a stream, who is live, the share, what to release and to
+take, the gate) is made by the pure `sidecar.protocol.shards`; this module carries them out
+against the bucket.
+
     member = Member(kv, port, "rsub-leases-west", "west-1", ttl_s=10.0, shards=32)
     leases = ShardLeases(member, on_change=print)
     task = asyncio.create_task(leases.run())
@@ -41,12 +45,9 @@ gate is never released on stop; it expires and another replica takes it over.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import math
 import re
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -56,41 +57,27 @@ from nats.js.errors import KeyNotFoundError
 
 from sidecar.nats.lease import LEASE_KEY, Lease, LeaseState
 from sidecar.nats.port import JetStreamPort, KeyValueBucket
+from sidecar.protocol.shards import (
+    MemberView,
+    balance,
+    gate_open,
+    may_take,
+    member_value,
+    next_round_at,
+    preference,
+    shard_of,
+)
+
+__all__ = ["GATE_KEY", "Member", "ShardLeases", "member_key", "shard_of"]
 
 log = structlog.get_logger(__name__)
 
 GATE_KEY = LEASE_KEY
 SHARD_PREFIX = "shards."
 MEMBER_PREFIX = "members."
-_FORGET_TTLS = 3
 _REQUEST_TIMEOUT_S = 2.0
 # A KV key token: what is not allowed in one becomes `_` (a holder is host-pid-suffix).
 _NOT_IN_TOKEN = re.compile(r"[^-_=a-zA-Z0-9]")
-
-
-def _hash64(text: str) -> int:
-    return int.from_bytes(hashlib.blake2s(text.encode(), digest_size=8).digest(), "big")
-
-
-def shard_of(stream: str, shards: int) -> int:
-    """The shard of `stream` among `shards`: the same in every process and version."""
-    return _hash64(stream) % shards
-
-
-def rank(shard: int, holder: str) -> int:
-    """How much `holder` wants `shard` (rendezvous hashing: highest first)."""
-    return _hash64(f"{shard}/{holder}")
-
-
-def share(shards: int, members: int) -> int:
-    """The most shards one of `members` live replicas should lead."""
-    return math.ceil(shards / max(1, members))
-
-
-def excess(held: Collection[int], share: int, holder: str) -> list[int]:
-    """The shards `holder` releases when it holds `held`: beyond `share`, lowest rank first."""
-    ordered = sorted(held, key=lambda s: rank(s, holder))
-    return ordered[: max(0, len(held) - share)]
 
 
 def member_key(holder: str) -> str:
@@ -117,39 +104,30 @@ class Members:
 
     def __init__(self, member: Member) -> None:
         self._kv, self._port, self._bucket = member.kv, member.port, member.bucket
-        self._holder, self._ttl, self._shards = member.holder, member.ttl_s, member.shards
+        self._holder, self._shards = member.holder, member.shards
         self._clock = member.clock
         self._key = member_key(member.holder)
-        # Per other member's key: (holder, its shard count, revision, when first seen here).
-        self._seen: dict[str, tuple[str, int | None, int, float]] = {}
+        self._view = MemberView(member.holder, member.ttl_s, member.shards)
         self.live: tuple[str, ...] = (member.holder,)
 
     async def announce(self) -> tuple[str, ...]:
         """Renew this replica's key, then read the others'; the live members, sorted."""
-        value = {"holder": self._holder, "shards": self._shards}
-        await self._kv.put(self._key, json.dumps(value).encode())
-        now, live = self._clock(), [self._holder]
-        keys = [k for k in await self._keys() if k != self._key]
-        for key in set(self._seen) - set(keys):
-            del self._seen[key]
-        for key in keys:
+        await self._kv.put(self._key, member_value(self._holder, self._shards))
+        now = self._clock()
+        entries: dict[str, tuple[int, bytes | None]] = {}
+        for key in await self._keys():
+            if key == self._key:
+                continue
             try:
                 entry = await self._kv.get(key)
             except KeyNotFoundError:
-                self._seen.pop(key, None)
                 continue
-            revision = entry.revision or 0
-            seen = self._seen.get(key)
-            if seen is None or seen[2] != revision:
-                holder, shards = _member_in(entry.value)
-                seen = self._seen[key] = (holder or key, shards, revision, now)
-            if now - seen[3] < self._ttl:
-                if seen[1] == self._shards:
-                    live.append(seen[0])
-            elif now - seen[3] >= _FORGET_TTLS * self._ttl:
-                log.info("member_forgotten", member=seen[0])
-                await self._purge(key)
-        self.live = tuple(sorted(live))
+            entries[key] = (entry.revision or 0, entry.value)
+        members = self._view.observed(now, entries)
+        for key in members.forget:
+            log.info("member_forgotten", member=self._view.holder_of(key))
+            await self._purge(key)
+        self.live = members.live
         return self.live
 
     async def leave(self) -> None:
@@ -176,17 +154,6 @@ class Members:
         )
 
 
-def _member_in(value: bytes | None) -> tuple[str | None, int | None]:
-    """(holder, shard count) of a member's value; None for what cannot be read."""
-    try:
-        data = json.loads(value or b"null")
-        holder, shards = data["holder"], data.get("shards")
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None, None
-    valid = isinstance(shards, int) and not isinstance(shards, bool)
-    return (holder if isinstance(holder, str) else None), (shards if valid else None)
-
-
 class ShardLeases:
     """The gate, this replica's membership and one lease per shard, stepped every `ttl/3`."""
 
@@ -211,7 +178,7 @@ class ShardLeases:
             )
             for i in range(shards)
         ]
-        self._preference = sorted(range(shards), key=lambda s: rank(s, holder), reverse=True)
+        self._preference = preference(shards, holder)
         self.gate_open: bool | None = None
 
     @property
@@ -237,14 +204,12 @@ class ShardLeases:
         """Step forever (cancel to stop); a failed round is logged and the next one retries."""
         loop = asyncio.get_running_loop()
         while True:
-            # Rounds start every ttl/3 however long one took (a slow round must not push
-            # the next renewal past the lease's validity).
             started = loop.time()
             try:
                 await self.step()
             except (TimeoutError, NatsError) as err:
                 log.warning("shard_round_failed", holder=self.holder, error=repr(err))
-            await asyncio.sleep(max(0.0, started + self._ttl / 3 - loop.time()))
+            await asyncio.sleep(max(0.0, next_round_at(started, self._ttl) - loop.time()))
 
     async def step(self) -> None:
         """One round: the gate, the membership, then release the excess and renew, watch or
@@ -256,13 +221,12 @@ class ShardLeases:
             # Renewals must not wait for the membership: go on with the last view of it.
             log.warning("members_round_failed", holder=self.holder, error=repr(err))
             live = self._members.live
-        mine = share(self.shards, len(live))
-        if self.gate_open is False:
-            for shard in self.held:
-                log.warning("shard_released_gate_closed", shard=shard, gate=self._gate.state)
-                await self._leases[shard].release()
-        for shard in excess(self.held, mine, self.holder):
-            log.info("shard_released_over_share", shard=shard, share=mine, members=len(live))
+        plan = balance(self.shards, len(live), self.held, self.holder, self.gate_open)
+        for shard in plan.gate_closed:
+            log.warning("shard_released_gate_closed", shard=shard, gate=self._gate.state)
+            await self._leases[shard].release()
+        for shard in plan.over_share:
+            log.info("shard_released_over_share", shard=shard, share=plan.share, members=len(live))
             await self._leases[shard].release()
         # The held shards are renewed all at once, and the others watched all at once
         # unless some are to be taken (then in order of preference): in series, a round
@@ -271,14 +235,13 @@ class ShardLeases:
         held = self.held
         await self._step_at_once(held)
         others = [shard for shard in self._preference if shard not in held]
-        if self.gate_open is not True or len(self.held) >= mine:
+        if not may_take(self.gate_open, len(self.held), plan.share):
             await self._step_at_once(others)
             return
         for shard in others:
-            lease = self._leases[shard]
-            take = self.gate_open is True and len(self.held) < mine
+            take = may_take(self.gate_open, len(self.held), plan.share)
             try:
-                await lease.step(acquire=take)
+                await self._leases[shard].step(acquire=take)
             except (TimeoutError, NatsError) as err:
                 log.warning("shard_step_failed", shard=shard, error=repr(err))
 
@@ -300,15 +263,11 @@ class ShardLeases:
         await self._members.leave()
 
     async def _gate_open(self) -> bool | None:
-        """Whether this replica's scheme leads: True, False (another scheme holds the gate),
-        None (unknown this round: keep renewing, take nothing)."""
+        """Whether this replica's scheme leads (`sidecar.protocol.shards.gate_open`); None
+        when the gate cannot be read this round."""
         try:
             state = await self._gate.step()
         except (TimeoutError, NatsError) as err:
             log.warning("gate_step_failed", holder=self.holder, error=repr(err))
             return None
-        if state.leader:
-            return True
-        if state.holder is None:
-            return None
-        return bool(self._gate.extra.get("shards") == self.shards)
+        return gate_open(state, self._gate.extra.get("shards"), self.shards)

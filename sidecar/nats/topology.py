@@ -6,7 +6,8 @@ It adopts in place a layout made by hand in the style of the NATS "virtual globa
 walkthrough, without re-sourcing anything; it refuses (`TopologyConflict`) what it cannot
 adopt safely.
 
-It talks to the JetStream API with plain JSON requests so that an update sends back every
+It talks to the JetStream API through the port (`JetStreamPort`: stream info, names,
+create, update, message get) with the server's JSON, so that an update sends back every
 field of the server's own configuration untouched, apart from the ones it means to change.
 """
 
@@ -20,10 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
+from nats.aio.client import Client
 from nats.js.errors import APIError
 
 from sidecar.naming import SOURCE_HEADER, VirtualStream
-from sidecar.nats import jsapi
+from sidecar.nats.nats_port import NatsPort
+from sidecar.nats.port import STREAM_NOT_FOUND, JetStreamPort
 
 log = structlog.get_logger(__name__)
 
@@ -98,41 +101,34 @@ class TopologyReport:
 
 
 class _JsApi:
-    """The topology's JetStream calls: `jsapi` requests whose errors become TopologyErrors."""
+    """The topology's JetStream calls, through the port; their errors become TopologyErrors."""
 
-    def __init__(self, nc: Any, prefix: str, timeout: float) -> None:
-        self._nc = nc
-        self._prefix = prefix
+    def __init__(self, port: JetStreamPort, timeout: float) -> None:
+        self._port = port
         self._timeout = timeout
-
-    async def call(self, op: str, body: JsonDict | None = None) -> JsonDict:
-        return await jsapi.request(self._nc, op, body, timeout_s=self._timeout, prefix=self._prefix)
 
     async def stream_info(self, name: str) -> JsonDict | None:
         try:
-            return await self.call(f"STREAM.INFO.{name}")
+            return await self._port.stream_info(name, timeout_s=self._timeout)
         except APIError as err:
-            if err.err_code == jsapi.STREAM_NOT_FOUND:
+            if err.err_code == STREAM_NOT_FOUND:
                 return None
             raise TopologyError(name, "info", str(err.description)) from err
 
-    async def put_stream(self, op: str, cfg: JsonDict, field: str) -> None:
+    async def put_stream(self, op: Literal["CREATE", "UPDATE"], cfg: JsonDict, field: str) -> None:
+        put = self._port.stream_create if op == "CREATE" else self._port.stream_update
         try:
-            await self.call(f"STREAM.{op}.{cfg['name']}", cfg)
+            await put(cfg, timeout_s=self._timeout)
         except APIError as err:
             raise TopologyError(cfg["name"], field, f"server refused: {err.description}") from err
 
     async def streams_with_subject(self, subject: str) -> list[str]:
-        return await jsapi.stream_names(
-            self._nc, subject=subject, timeout_s=self._timeout, prefix=self._prefix
-        )
+        return await self._port.stream_names(subject=subject, timeout_s=self._timeout)
 
     async def message_meta(self, stream: str, seq: int) -> tuple[str | None, str] | None:
         """(Nats-Stream-Source header or None, time) of message `seq`; None if absent."""
         try:
-            message = await jsapi.msg_get(
-                self._nc, stream, seq, timeout_s=self._timeout, prefix=self._prefix
-            )
+            message = await self._port.msg_get(stream, seq, timeout_s=self._timeout)
         except APIError as err:
             raise TopologyError(stream, "messages", str(err.description)) from err
         if message is None:
@@ -514,15 +510,8 @@ async def _execute(api: _JsApi, vs: VirtualStream, plan: _Plan) -> None:
     await api.put_stream("UPDATE", cfg, "sources")
 
 
-def _api_for(nc_or_js: Any, timeout: float) -> _JsApi:
-    # A JetStreamContext carries its connection and API prefix (domain) along.
-    nc = getattr(nc_or_js, "_nc", nc_or_js)
-    prefix = getattr(nc_or_js, "_prefix", jsapi.API_PREFIX)
-    return _JsApi(nc, prefix, timeout)
-
-
 async def apply_topology(
-    nc_or_js: Any,
+    target: Client | JetStreamPort,
     vstream: VirtualStream,
     *,
     cluster_for_region: Callable[[str], str | None] = lambda r: r,
@@ -543,7 +532,8 @@ async def apply_topology(
         raise ValueError(f"replicas: must be at least 1, got {replicas}")
     if max_consumers < 1:
         raise ValueError(f"max_consumers: must be at least 1, got {max_consumers}")
-    api = _api_for(nc_or_js, request_timeout)
+    port = NatsPort(target) if isinstance(target, Client) else target
+    api = _JsApi(port, request_timeout)
     planner = _Planner(api, vstream, cluster_for_region, replicas, max_consumers)
     plans = [await planner.plan_write(r) for r in vstream.regions]
     plans += [await planner.plan_read(r) for r in vstream.regions]

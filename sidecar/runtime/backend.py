@@ -21,8 +21,8 @@ import sidecar
 from sidecar.api import backend as views
 from sidecar.api.errors import FailedPrecondition, InvalidArgument, NotFound, NotLeader, Unavailable
 from sidecar.nats import consumers
-from sidecar.nats.lease import LeaseState
 from sidecar.protocol import MachineSubscription, Output, PendingView, StreamMachine
+from sidecar.protocol.leases import LeaseState
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 

@@ -8,7 +8,7 @@ publishes its markers there). It never creates a stream: the topology is the ope
 (`rsub topology apply`), and a stream is taken up once it is there.
 
 `StreamDiscovery` runs it every `discovery.interval_s` on one paged `STREAM.NAMES` listing
-and tells the root what to start (`add`) and what to stop (`drop`). A stream is dropped only
+(through the region's port, as its check of a read stream) and tells the root what to start (`add`) and what to stop (`drop`). A stream is dropped only
 when its read stream is confirmed deleted (a `STREAM.INFO` answering "stream not found"):
 a name missing from a listing may be a page that shifted under a concurrent delete, and a
 listing that fails drops nothing. Dropping is safe whenever it happens: a stopped driver
@@ -28,8 +28,7 @@ from nats.js.errors import APIError
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import Config
 from sidecar.naming import NamingError, VirtualStream, name_in_stream
-from sidecar.nats import jsapi
-from sidecar.nats.connection import NatsConnection
+from sidecar.nats.port import STREAM_NOT_FOUND, JetStreamPort
 
 log = structlog.get_logger(__name__)
 
@@ -73,14 +72,14 @@ class StreamDiscovery:
     def __init__(
         self,
         config: Config,
-        conn: NatsConnection,
+        port: JetStreamPort,
         metrics: SidecarMetrics,
         *,
         add: Callable[[VirtualStream], None],
         drop: Callable[[str], Awaitable[None]],
     ) -> None:
         self._config = config
-        self._conn = conn
+        self._port = port
         self._metrics = metrics
         self._add = add
         self._drop = drop
@@ -89,7 +88,7 @@ class StreamDiscovery:
 
     async def round(self) -> None:
         """List once; raises the NATS error when the listing fails (nothing changes then)."""
-        names = await jsapi.stream_names(self._conn.nc, timeout_s=_REQUEST_TIMEOUT_S)
+        names = await self._port.stream_names(timeout_s=_REQUEST_TIMEOUT_S)
         self._metrics.discovery_round(listed=True)
         found = found_streams(names, self._config)
         for name, vs in found.streams.items():
@@ -126,11 +125,9 @@ class StreamDiscovery:
         """Whether `vs`'s read stream here is deleted: only a "stream not found" says so."""
         stream = vs.read_stream(self._config.region)
         try:
-            await jsapi.request(
-                self._conn.nc, f"STREAM.INFO.{stream}", timeout_s=_REQUEST_TIMEOUT_S
-            )
+            await self._port.stream_info(stream, timeout_s=_REQUEST_TIMEOUT_S)
         except APIError as err:
-            if err.err_code == jsapi.STREAM_NOT_FOUND:
+            if err.err_code == STREAM_NOT_FOUND:
                 return True
             log.warning("discovery_check_failed", stream=vs.name, error=repr(err))
         except (TimeoutError, NatsError) as err:

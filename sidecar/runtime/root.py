@@ -21,12 +21,13 @@ from sidecar.config import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection, NatsRefused
 from sidecar.nats.cursors import CursorStore
-from sidecar.nats.lease import LeaseState
 from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.regional_kv import open_regional_kv
-from sidecar.nats.shards import Member, ShardLeases, shard_of
+from sidecar.nats.shards import Member, ShardLeases
 from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
+from sidecar.protocol.leases import LeaseState
+from sidecar.protocol.shards import shard_of
 from sidecar.runtime.backend import RuntimeBackend
 from sidecar.runtime.discovery import StreamDiscovery
 from sidecar.runtime.driver import StreamDriver
@@ -107,7 +108,7 @@ class Runtime(RuntimeBackend):
         )
         self._discovery = (
             StreamDiscovery(
-                config, conn, self.metrics, add=self._add_stream, drop=self._drop_stream
+                config, handles.port, self.metrics, add=self._add_stream, drop=self._drop_stream
             )
             if config.discovery.enabled
             else None
@@ -247,7 +248,7 @@ class Runtime(RuntimeBackend):
         kv = await self._retry(
             f"kv bucket {bucket}",
             lambda: open_regional_kv(
-                conn.js,
+                self._handles.port,
                 bucket,
                 self.config.cluster_for(self.region),
                 replicas=self.config.lease.replicas,
@@ -327,7 +328,7 @@ class Runtime(RuntimeBackend):
 
     async def _topology(self, vs: VirtualStream) -> None:
         report = await apply_topology(
-            self._handles.conn.nc,
+            self._handles.port,
             vs,
             cluster_for_region=self.config.cluster_for,
             replicas=self.config.stream(vs.name).replicas,

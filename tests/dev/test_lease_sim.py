@@ -1,13 +1,18 @@
 """The leases' simulation (`rsub_dev.sim.leases`) runs the real `Lease` over a simulated
 bucket on virtual time; broken variants of that shell, each a bug of its kind, must be
-caught within a stated budget of seeds."""
+caught within a stated budget of seeds. The decisions are `sidecar.protocol.leases.LeaseRules`:
+a variant plants its bug in the shell (`Lease`) or in the rules it is given."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from rsub_dev.sim.leases import LeaseFactory, run_leases
 from sidecar.nats.lease import Lease, LeaseState
+from sidecar.nats.port import KeyValueBucket
+from sidecar.protocol.leases import Acquire, LeaseRules, Renew
 
 # Every broken variant below must be caught within this many seeds (from seed 0).
 BUDGET = 100
@@ -32,12 +37,11 @@ class NotReportedWhenUnreachable(Lease):
     as leaders while NATS is down."""
 
     async def step(self, *, acquire: bool = True) -> LeaseState:
-        if self._epoch > 0 and not self.is_leader:
-            self._lose("expired")
-        if self._epoch > 0:
-            await self._renew()
+        _, todo = self._rules.begin(self._clock())
+        if isinstance(todo, Renew):
+            await self._renew(todo)
         else:
-            await self._observe_or_acquire(acquire)
+            await self._look(acquire)
         self._notify()
         self._known = True
         return self.state
@@ -47,10 +51,16 @@ class ValidFromTheReply(Lease):
     """Counts its validity from the renewal's reply, not from when it was sent: a slow reply
     stretches its leadership past the moment a follower may take over."""
 
-    async def _renew(self) -> None:
-        await super()._renew()
-        if self._epoch > 0:
-            self._valid_until = self._clock() + 0.8 * self._ttl
+    async def _renew(self, renew: Renew) -> None:
+        await super()._renew(renew)
+        if self._rules.epoch > 0:
+            self._rules.renewed(self._clock(), self._rules.revision)
+
+
+class _WholeTtlRules(LeaseRules):
+    def renewed(self, sent: float, revision: int) -> None:
+        super().renewed(sent, revision)
+        self.valid_until = sent + 1.05 * self.ttl_s
 
 
 class ValidForTheWholeTtl(Lease):
@@ -58,18 +68,24 @@ class ValidForTheWholeTtl(Lease):
     count starts at its own first sight of the revision, no earlier than the send, so only
     drift and delays can break it."""
 
-    async def _renew(self) -> None:
-        sent = self._clock()
-        await super()._renew()
-        if self._epoch > 0:
-            self._valid_until = sent + 1.05 * self._ttl
+    def __init__(self, kv: KeyValueBucket, holder: str, ttl_s: float, **options: Any) -> None:
+        super().__init__(kv, holder, ttl_s, **options)
+        self._rules = _WholeTtlRules(ttl_s)
+
+
+class _FreeOnlyRules(LeaseRules):
+    def observed(
+        self, now: float, revision: int, value: bytes | None, acquire: bool
+    ) -> Acquire | None:
+        return super().observed(now, revision, value, acquire and self.observed_revision == 0)
 
 
 class NeverTakesOver(Lease):
     """Only takes a lease that is free: one whose holder died is never taken over."""
 
-    async def _observe_or_acquire(self, acquire: bool) -> None:
-        await super()._observe_or_acquire(acquire and self._observed_revision == 0)
+    def __init__(self, kv: KeyValueBucket, holder: str, ttl_s: float, **options: Any) -> None:
+        super().__init__(kv, holder, ttl_s, **options)
+        self._rules = _FreeOnlyRules(ttl_s)
 
 
 @pytest.mark.parametrize(

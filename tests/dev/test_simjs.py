@@ -35,7 +35,7 @@ from rsub_dev.simjs import (
 from rsub_dev.simjs.clock import rfc3339_nano
 from rsub_dev.simjs.errors import CLUSTER_NOT_AVAILABLE, CONSUMER_NOT_FOUND
 from sidecar.naming import SOURCE_HEADER, VirtualStream
-from sidecar.nats.jsapi import STREAM_NOT_FOUND
+from sidecar.nats.port import STREAM_NOT_FOUND
 
 MSG_ID = "Nats-Msg-Id"
 

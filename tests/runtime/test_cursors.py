@@ -10,11 +10,10 @@ from collections.abc import Mapping
 import pytest
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from nats.js.kv import KeyValue
 
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
-from sidecar.nats.port import JetStreamPort
+from sidecar.nats.port import JetStreamPort, KeyValueBucket
 from sidecar.nats.regional_kv import open_regional_kv
 from tests.support.api_requests import requests_on
 from tests.support.runtime_servers import ServerProcess
@@ -28,12 +27,12 @@ def bucket() -> str:
 
 
 @pytest.fixture
-async def kv(js: JetStreamContext, bucket: str) -> KeyValue:
-    return await open_regional_kv(js, bucket, "west")
+async def kv(port: JetStreamPort, bucket: str) -> KeyValueBucket:
+    return await open_regional_kv(port, bucket, "west")
 
 
 @pytest.fixture
-def store(kv: KeyValue) -> CursorStore:
+def store(kv: KeyValueBucket) -> CursorStore:
     return CursorStore(kv)
 
 
@@ -71,14 +70,16 @@ async def test_a_reset_sets_an_existing_cursor_backwards_and_creates_none(
 
 
 async def test_a_second_store_on_the_same_bucket_sees_the_cursors(
-    js: JetStreamContext, bucket: str, store: CursorStore
+    port: JetStreamPort, bucket: str, store: CursorStore
 ) -> None:
     await store.advance("orders", "spark", 42)
-    again = CursorStore(await open_regional_kv(js, bucket, "west"))
+    again = CursorStore(await open_regional_kv(port, bucket, "west"))
     assert await again.load("orders") == {"spark": 42}
 
 
-async def test_unreadable_values_are_dropped_not_fatal(kv: KeyValue, store: CursorStore) -> None:
+async def test_unreadable_values_are_dropped_not_fatal(
+    kv: KeyValueBucket, store: CursorStore
+) -> None:
     await kv.put(CursorStore.key("orders"), b'{"ok": 5, "bad": "x", "neg": -1}')
     assert await store.load("orders") == {"ok": 5}
     await kv.put(CursorStore.key("orders"), b"not json")

@@ -9,9 +9,10 @@ import pytest
 import structlog
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
 
 from sidecar.nats.lease import Lease, LeaseState
+from sidecar.nats.nats_port import NatsPort
+from sidecar.nats.port import JetStreamPort, KeyValueBucket
 from sidecar.nats.regional_kv import open_regional_kv
 from tests.support.runtime_servers import ServerProcess
 
@@ -29,16 +30,16 @@ class Clock:
 
 
 @pytest.fixture
-async def kv(js: JetStreamContext) -> KeyValue:
-    return await open_regional_kv(js, f"lease-{uuid.uuid4().hex[:8]}", "west")
+async def kv(port: JetStreamPort) -> KeyValueBucket:
+    return await open_regional_kv(port, f"lease-{uuid.uuid4().hex[:8]}", "west")
 
 
 async def test_bucket_is_placed_in_the_region_and_reopening_is_idempotent(
-    js: JetStreamContext,
+    js: JetStreamContext, port: JetStreamPort
 ) -> None:
     bucket = f"lease-{uuid.uuid4().hex[:8]}"
-    await open_regional_kv(js, bucket, "west")
-    again = await open_regional_kv(js, bucket, "west")
+    await open_regional_kv(port, bucket, "west")
+    again = await open_regional_kv(port, bucket, "west")
     info = await js.stream_info(f"KV_{bucket}")
     assert info.config.placement is not None
     assert info.config.placement.cluster == "west"
@@ -48,7 +49,7 @@ async def test_bucket_is_placed_in_the_region_and_reopening_is_idempotent(
 
 
 async def test_fewer_replicas_than_wanted_warn_only_when_a_count_was_configured(
-    js: JetStreamContext,
+    js: JetStreamContext, port: JetStreamPort
 ) -> None:
     """A stand-alone server places one replica. Unconfigured (as many as the cluster places),
     that is what a one-server region is: info. Configured, it is a fault: warning."""
@@ -56,7 +57,7 @@ async def test_fewer_replicas_than_wanted_warn_only_when_a_count_was_configured(
 
     async def levels(replicas: int | None) -> dict[str, str]:
         with structlog.testing.capture_logs() as events:
-            await open_regional_kv(js, bucket, "west", replicas=replicas)
+            await open_regional_kv(port, bucket, "west", replicas=replicas)
         return {e["event"]: e["log_level"] for e in events if "replicas" in e["event"]}
 
     assert await levels(None) == {"kv_bucket_replicas_reduced": "info"}
@@ -67,7 +68,7 @@ async def test_fewer_replicas_than_wanted_warn_only_when_a_count_was_configured(
 
 
 async def test_first_candidate_acquires_second_follows_and_renewal_keeps_epoch(
-    kv: KeyValue,
+    kv: KeyValueBucket,
 ) -> None:
     changes: list[LeaseState] = []
     a = Lease(kv, "a", TTL, clock=Clock(), on_change=changes.append)
@@ -87,7 +88,7 @@ async def test_first_candidate_acquires_second_follows_and_renewal_keeps_epoch(
     assert changes == [LeaseState(True, epoch, "a", epoch)]
 
 
-async def test_expired_lease_is_taken_over_with_a_higher_epoch(kv: KeyValue) -> None:
+async def test_expired_lease_is_taken_over_with_a_higher_epoch(kv: KeyValueBucket) -> None:
     clock_a, clock_b = Clock(), Clock()
     a = Lease(kv, "a", TTL, clock=clock_a)
     b = Lease(kv, "b", TTL, clock=clock_b)
@@ -105,7 +106,7 @@ async def test_expired_lease_is_taken_over_with_a_higher_epoch(kv: KeyValue) -> 
     assert a.state.holder == "b"
 
 
-async def test_renewals_prevent_takeover(kv: KeyValue) -> None:
+async def test_renewals_prevent_takeover(kv: KeyValueBucket) -> None:
     clock_a, clock_b = Clock(), Clock()
     a = Lease(kv, "a", TTL, clock=clock_a)
     b = Lease(kv, "b", TTL, clock=clock_b)
@@ -119,7 +120,7 @@ async def test_renewals_prevent_takeover(kv: KeyValue) -> None:
     assert a.is_leader and not b.is_leader
 
 
-async def test_leader_that_cannot_renew_in_time_stops_leading(kv: KeyValue) -> None:
+async def test_leader_that_cannot_renew_in_time_stops_leading(kv: KeyValueBucket) -> None:
     clock = Clock()
     a = Lease(kv, "a", TTL, clock=clock)
     await a.step()
@@ -127,7 +128,7 @@ async def test_leader_that_cannot_renew_in_time_stops_leading(kv: KeyValue) -> N
     assert not a.is_leader and a.epoch == 0
 
 
-async def test_release_lets_a_follower_acquire_at_once(kv: KeyValue) -> None:
+async def test_release_lets_a_follower_acquire_at_once(kv: KeyValueBucket) -> None:
     a = Lease(kv, "a", TTL, clock=Clock())
     b = Lease(kv, "b", TTL, clock=Clock())
     await a.step()
@@ -139,12 +140,12 @@ async def test_release_lets_a_follower_acquire_at_once(kv: KeyValue) -> None:
     assert b.is_leader and b.epoch > first
 
 
-async def test_ttl_must_be_positive(kv: KeyValue) -> None:
+async def test_ttl_must_be_positive(kv: KeyValueBucket) -> None:
     with pytest.raises(ValueError, match="ttl_s"):
         Lease(kv, "a", 0)
 
 
-async def test_a_watching_lease_never_acquires_but_measures_expiry(kv: KeyValue) -> None:
+async def test_a_watching_lease_never_acquires_but_measures_expiry(kv: KeyValueBucket) -> None:
     clock_a, clock_b = Clock(), Clock()
     a = Lease(kv, "a", TTL, key="shards.3", extra={"shards": 8}, clock=clock_a)
     b = Lease(kv, "b", TTL, key="shards.3", clock=clock_b)
@@ -171,7 +172,7 @@ async def test_a_lease_that_expires_while_the_bucket_is_unreachable_is_reported_
     # Found when NATS stopped under two replicas: the shard leases kept reporting `leader`
     # (metric and machine) because a round that failed never told the observer.
     own = await nats.connect(js_server.url)
-    bucket = await open_regional_kv(own.jetstream(), f"lease-{uuid.uuid4().hex[:8]}", "west")
+    bucket = await open_regional_kv(NatsPort(own), f"lease-{uuid.uuid4().hex[:8]}", "west")
     clock, changes = Clock(), list[LeaseState]()
     lease = Lease(bucket, "a", TTL, clock=clock, on_change=changes.append)
     await lease.step()

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
-from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
 
 from sidecar.nats.lease import Lease, LeaseState
 from sidecar.nats.nats_port import NatsPort
+from sidecar.nats.port import JetStreamPort, KeyValueBucket
 from sidecar.nats.regional_kv import open_regional_kv
-from sidecar.nats.shards import GATE_KEY, Member, ShardLeases, excess, shard_of, share
+from sidecar.nats.shards import GATE_KEY, Member, ShardLeases
+from sidecar.protocol.shards import excess, shard_of, share
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ class Clock:
 class Region:
     """A bucket and the replicas stepping over it; `changes` counts every lease change."""
 
-    def __init__(self, kv: KeyValue, nc: Client, bucket: str) -> None:
+    def __init__(self, kv: KeyValueBucket, nc: Client, bucket: str) -> None:
         self.kv, self.nc, self.bucket = kv, nc, bucket
         self.js = nc.jetstream()
         self.clock = Clock()
@@ -74,9 +74,9 @@ class Region:
 
 
 @pytest.fixture
-async def region(nc: Client, js: JetStreamContext) -> Region:
+async def region(nc: Client, port: JetStreamPort) -> Region:
     bucket = f"shards-{uuid.uuid4().hex[:8]}"
-    return Region(await open_regional_kv(js, bucket, "west"), nc, bucket)
+    return Region(await open_regional_kv(port, bucket, "west"), nc, bucket)
 
 
 def test_shard_of_is_the_same_in_every_process() -> None:
@@ -125,7 +125,7 @@ class InFlight:
     """The most calls of a bucket method in flight at once (each held open a little, so that
     calls that can overlap, overlap)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, kv: KeyValue, method: str) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, kv: KeyValueBucket, method: str) -> None:
         self.now, self.most = 0, 0
         call = getattr(kv, method)
 

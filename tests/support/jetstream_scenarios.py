@@ -43,6 +43,7 @@ from rsub_dev.simjs import (
 )
 from rsub_dev.simjs.errors import SimNotFound
 from sidecar.nats import jsapi
+from sidecar.nats.port import NO_MESSAGE_FOUND
 
 _TIMEOUT_S = 2.0
 _NS_PER_MS = 1_000_000
@@ -145,7 +146,7 @@ class SimScenario:
         try:
             return self.js.msg_get(stream, seq, next_by_subj)
         except SimNotFound as err:
-            if err.err_code == jsapi.NO_MESSAGE_FOUND:
+            if err.err_code == NO_MESSAGE_FOUND:
                 return None  # as `jsapi.msg_get` answers
             raise
 

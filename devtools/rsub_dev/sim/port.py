@@ -23,7 +23,10 @@ from rsub_dev.simjs import (
     KeyValue,
     KVEntry,
     SimJetStream,
+    SourceConfig,
+    StreamConfig,
     StreamInfo,
+    SubjectTransform,
 )
 from rsub_dev.simjs.errors import CONSUMER_ALREADY_EXISTS, api_error
 from sidecar.nats.port import ApiJson, Listener, Published, StoredMessage
@@ -150,6 +153,21 @@ class SimPort:
             return reply
 
         return await self._net.call(info)
+
+    async def stream_names(self, *, subject: str | None = None, timeout_s: float) -> list[str]:
+        return await self._net.call(lambda: self._net.js.stream_names(subject))
+
+    async def stream_create(self, config: Mapping[str, Any], *, timeout_s: float) -> ApiJson:
+        js = self._net.js
+        return await self._net.call(
+            lambda: _stream_info_json(js.stream_create(_stream_config(config)))
+        )
+
+    async def stream_update(self, config: Mapping[str, Any], *, timeout_s: float) -> ApiJson:
+        js = self._net.js
+        return await self._net.call(
+            lambda: _stream_info_json(js.stream_update(_stream_config(config)))
+        )
 
     async def stream_purge(self, stream: str, subject: str, *, timeout_s: float) -> ApiJson:
         js = self._net.js
@@ -287,8 +305,8 @@ class SimPort:
 
 def _stream_info_json(info: StreamInfo) -> ApiJson:
     config, state = info.config, info.state
-    return {
-        "config": {"name": config.name, "subjects": list(config.subjects)},
+    reply: ApiJson = {
+        "config": _stream_config_json(config),
         "created": info.created,
         "state": {
             "messages": state.messages,
@@ -297,6 +315,64 @@ def _stream_info_json(info: StreamInfo) -> ApiJson:
             "consumer_count": state.consumer_count,
         },
     }
+    if config.placement is not None:
+        reply["cluster"] = {"name": config.placement}
+    return reply
+
+
+def _stream_config_json(config: StreamConfig) -> ApiJson:
+    """What simjs models of a stream's configuration, in the server's JSON (durations in
+    ns, no limit as -1)."""
+    body: ApiJson = {
+        "name": config.name,
+        "subjects": list(config.subjects),
+        "max_msgs": config.max_msgs or -1,
+        "max_age": config.max_age_ms * _NS_PER_MS,
+        "max_msgs_per_subject": config.max_msgs_per_subject or -1,
+        "duplicate_window": (config.duplicate_window_ms or 0) * _NS_PER_MS,
+        "num_replicas": 1,
+    }
+    if config.sources:
+        body["sources"] = [_source_json(source) for source in config.sources]
+    if config.placement is not None:
+        body["placement"] = {"cluster": config.placement}
+    return body
+
+
+def _source_json(source: SourceConfig) -> ApiJson:
+    body: ApiJson = {"name": source.name}
+    if source.filter_subject is not None:
+        body["filter_subject"] = source.filter_subject
+    if source.subject_transforms:
+        body["subject_transforms"] = [
+            {"src": t.src, "dest": t.dest} for t in source.subject_transforms
+        ]
+    return body
+
+
+def _stream_config(config: Mapping[str, Any]) -> StreamConfig:
+    """A stream configuration in the server's JSON as simjs models it (the fields it does
+    not model, such as `max_consumers` or `allow_direct`, are left out)."""
+    return StreamConfig(
+        name=str(config["name"]),
+        subjects=tuple(config.get("subjects") or ()),
+        max_msgs=max(0, int(config.get("max_msgs", -1))),
+        max_age_ms=int(config.get("max_age", 0)) // _NS_PER_MS,
+        max_msgs_per_subject=max(0, int(config.get("max_msgs_per_subject", -1))),
+        duplicate_window_ms=int(config.get("duplicate_window", 0)) // _NS_PER_MS or None,
+        sources=tuple(
+            SourceConfig(
+                str(source["name"]),
+                source.get("filter_subject") or None,
+                tuple(
+                    SubjectTransform(str(t.get("src", "")), str(t.get("dest", "")))
+                    for t in source.get("subject_transforms") or ()
+                ),
+            )
+            for source in config.get("sources") or ()
+        ),
+        placement=(config.get("placement") or {}).get("cluster"),
+    )
 
 
 def _config_json(config: ConsumerConfig) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from nats.js.errors import (
     ServiceUnavailableError,
 )
 
-from sidecar.nats.jsapi import NO_MESSAGE_FOUND, STREAM_NOT_FOUND
+from sidecar.nats.port import NO_MESSAGE_FOUND, STREAM_NOT_FOUND
 
 # `err_code`s of the server's replies (server/errors.json); the product's own constants
 # (`sidecar.nats.jsapi`) are reused where it has them.

@@ -45,6 +45,8 @@ from rsub_dev.simjs.errors import (
 
 class Op(StrEnum):
     STREAM_CREATE = "stream_create"
+    STREAM_UPDATE = "stream_update"
+    STREAM_NAMES = "stream_names"
     STREAM_DELETE = "stream_delete"
     STREAM_INFO = "stream_info"
     STREAM_PURGE = "stream_purge"
@@ -71,6 +73,8 @@ class Op(StrEnum):
 NEEDS_META = frozenset(
     {
         Op.STREAM_CREATE,
+        Op.STREAM_UPDATE,
+        Op.STREAM_NAMES,
         Op.STREAM_DELETE,
         Op.STREAM_INFO,
         Op.STREAM_PURGE,

@@ -206,6 +206,45 @@ class SimJetStream:
 
         return self._call(Op.STREAM_CREATE, config.name, create, cluster=config.placement)
 
+    def stream_update(self, config: StreamConfig) -> StreamInfo:
+        """Change an existing stream's configuration: its subjects, limits and sources (a
+        source added is sourced from its origin's start, one removed stops)."""
+
+        def update() -> StreamInfo:
+            stream = self._stream(config.name)
+            for other in self._streams.values():
+                if other is not stream and any(
+                    subjects_overlap(a, b) for a in config.subjects for b in other.config.subjects
+                ):
+                    raise api_error(
+                        400, SUBJECT_OVERLAP, "subjects overlap with an existing stream"
+                    )
+            kept = [s for s in stream.config.sources if s in config.sources]
+            self._links = [
+                link for link in self._links if link.target != stream.name or link.source in kept
+            ]
+            for source in config.sources:
+                if source not in kept:
+                    self._links.append(Link(stream.name, source, open_since_ms=self._settled_ms))
+            stream.config = config
+            return stream.info()
+
+        return self._call(Op.STREAM_UPDATE, config.name, update)
+
+    def stream_names(self, subject: str | None = None, cluster: str | None = None) -> list[str]:
+        """The streams' names, in creation order (with `subject`: those whose subjects
+        overlap it), asked from `cluster` (None: unaffected by a lost meta leader)."""
+
+        def names() -> list[str]:
+            return [
+                name
+                for name, stream in self._streams.items()
+                if subject is None
+                or any(subjects_overlap(subject, s) for s in stream.config.subjects)
+            ]
+
+        return self._call(Op.STREAM_NAMES, "", names, cluster=cluster)
+
     def stream_delete(self, name: str) -> None:
         def delete() -> None:
             self._streams.pop(self._stream(name).name)
