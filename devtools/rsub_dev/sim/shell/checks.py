@@ -1,0 +1,105 @@
+"""The properties the runtime's world checks as it goes, against the simulated JetStream as
+it stands (no request: no fault, no delay)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from rsub_dev.sim.outcome import LoopWorld
+from rsub_dev.sim.shell.params import DURABLE, ShellParams
+from rsub_dev.simjs import ConsumerInfo, SimJetStream
+from sidecar.naming import VirtualStream
+from sidecar.nats.origin_log import data_entry
+from sidecar.protocol import StreamMachine
+
+
+class Checks:
+    def __init__(self, world: LoopWorld[ShellParams], vs: VirtualStream, js: SimJetStream) -> None:
+        self._world = world
+        self._vs = vs
+        self._js = js
+        self.consumed: Counter[tuple[str, int]] = Counter()
+        """How many times each data message (its origin and origin sequence) was consumed."""
+        self._reached: dict[str, int] = {}
+
+    def moved(self, region: str, durable: str, start: int, how: str) -> None:
+        """A sidecar moved or created `durable` in `region` to deliver from `start`: every
+        data message below it, above where the durable had got, must have been consumed."""
+        world, vs = self._world, self._vs
+        world.stats[f"{how}s"] += 1
+        world.note(f"{region} {how} {durable} from {start}")
+        stream = self._js.stream(vs.read_stream(region))
+        reached = self._reached.get(region, 0)
+        for msg in stream.matching(reached + 1, (vs.data_filter(),), start - 1):
+            entry = data_entry(vs, msg.seq, msg.headers)
+            if self.consumed[(entry.origin, entry.origin_seq)] == 0:
+                raise world.fail(
+                    f"moved over unconsumed data: {region} {how} {durable} from {start}, "
+                    f"over {entry} never consumed"
+                )
+        self._reached[region] = max(reached, start - 1)
+
+    def resetting(self, region: str, durable: str, start: int) -> None:
+        """A reset of `durable` in `region` to deliver from `start` lands: it must not rewind
+        what the consumer delivered (a client fetching meanwhile would be delivered it
+        again, its acks unanswered), and must pass over at least one message it delivers
+        (a reset over markers alone gains nothing and disturbs a consumer in use)."""
+        world, vs = self._world, self._vs
+        info = self.consumer(region, durable)
+        assert info is not None, "a reset of a durable that is not there cannot land"
+        reached = max(info.delivered.stream_seq, info.ack_floor.stream_seq)
+        if reached > start - 1:
+            raise world.fail(
+                f"rewound: {region} reset {durable} to {start}, it had delivered to {reached}"
+            )
+        stream = self._js.stream(vs.read_stream(region))
+        if next(stream.matching(reached + 1, (vs.data_filter(),), start - 1), None) is None:
+            raise world.fail(
+                f"over markers alone: {region} reset {durable} from {reached} to {start}"
+            )
+
+    def consumer(self, region: str, durable: str) -> ConsumerInfo | None:
+        """The durable as the model holds it."""
+        consumer = self._js.stream(self._vs.read_stream(region)).consumers.get(durable)
+        return consumer.info(self._js.now_ms) if consumer is not None else None
+
+    def _standing(self, region: str) -> int | None:
+        """Where the durable stands in `region`: its ack floor extended over what it never
+        delivers (markers), or the stream's end with nothing pending (None: absent)."""
+        info = self.consumer(region, DURABLE)
+        if info is None:
+            return None
+        stream = self._js.stream(self._vs.read_stream(region))
+        floor = info.ack_floor.stream_seq
+        after = next(stream.matching(floor + 1, (self._vs.data_filter(),)), None)
+        return stream.last_seq if after is None else after.seq - 1
+
+    def reported(self, machines: Iterable[tuple[str, str, StreamMachine]]) -> None:
+        """What every replica's machine answers for the durable (`mark_delete`, the API's
+        answer), leader or follower, is never beyond where the durable stands; `machines`
+        are (replica, region, machine)."""
+        for name, region, machine in machines:
+            view = machine.subscription(DURABLE)
+            if view is None or not view.exists or view.mark_delete is None:
+                continue
+            standing = self._standing(region)
+            if standing is None or view.mark_delete > standing:
+                raise self._world.fail(
+                    f"reported: {name} reports {DURABLE} at {view.mark_delete}, it stands at "
+                    f"{standing}"
+                )
+
+    def no_loss(self, home: str) -> None:
+        """Every data message the durable has passed in `home`, where it is consumed now, was
+        consumed (what lies after it, it delivers next)."""
+        self._js.settle()
+        info = self.consumer(home, DURABLE)
+        if info is None:
+            raise self._world.fail(f"loss: {DURABLE} is not there in {home}, its home now")
+        vs = self._vs
+        passed = info.ack_floor.stream_seq
+        for msg in self._js.stream(vs.read_stream(home)).matching(1, (vs.data_filter(),), passed):
+            entry = data_entry(vs, msg.seq, msg.headers)
+            if not self.consumed[(entry.origin, entry.origin_seq)]:
+                raise self._world.fail(f"loss: {entry} in {home} never consumed")
