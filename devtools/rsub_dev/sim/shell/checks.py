@@ -7,11 +7,12 @@ from collections import Counter
 from collections.abc import Iterable
 
 from rsub_dev.sim.outcome import LoopWorld
+from rsub_dev.sim.shell.ledger import Ledger
 from rsub_dev.sim.shell.params import DURABLE, ShellParams
 from rsub_dev.simjs import ConsumerInfo, SimJetStream
 from sidecar.naming import VirtualStream
 from sidecar.nats.origin_log import data_entry
-from sidecar.protocol import StreamMachine
+from sidecar.protocol import Snapshot, StreamMachine, Update
 
 
 class Checks:
@@ -22,6 +23,61 @@ class Checks:
         self.consumed: Counter[tuple[str, int]] = Counter()
         """How many times each data message (its origin and origin sequence) was consumed."""
         self._reached: dict[str, int] = {}
+        self.ledger = Ledger(vs, js)
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        return self._vs.regions
+
+    def snapshot(self, region: str, snap: Snapshot) -> None:
+        """Snapshot safety, as a sidecar publishes a completed snapshot of `region`: it names
+        every other region x, and every data message at or below its position in x's read
+        stream lies at or below its local position in `region`'s."""
+        for x in self._vs.regions:
+            if x == region:
+                continue
+            p = snap.positions.get(x)
+            if p is None:
+                raise self._world.fail(f"snapshot {snap.id} of {region} has no position for {x}")
+            reach = self.ledger.reach(x, region, p)
+            if reach is None:
+                raise self._world.fail(
+                    f"snapshot {snap.id}: data at or below {p} in {x} has not reached {region}"
+                )
+            if reach > snap.local_position:
+                raise self._world.fail(
+                    f"snapshot {snap.id}: data at or below {p} in {x} lies at {reach} in "
+                    f"{region}, beyond the local position {snap.local_position}"
+                )
+        self._world.stats["snapshots_checked"] += 1
+
+    def vector(self, region: str, update: Update) -> None:
+        """Claim 1 (DESIGN §7), as a sidecar of `region` publishes an update with a progress
+        vector v read at M: every data message (o, s), s <= v[o], that `region`'s read stream
+        holds or will hold lies at or below M, and every one it dropped as a duplicate was
+        dropped for a copy stored at or below M (docs/protocol.md §6, case 2)."""
+        if not update.progress:
+            return
+        m, name, progress = update.progress_position, update.subscription, dict(update.progress)
+        last = self._js.stream(self._vs.read_stream(region)).last_seq
+        if m > last:
+            raise self._world.fail(f"claim 1: {region} read a vector at {m}, past its end {last}")
+        for origin, seq in progress.items():
+            if origin not in self._vs.regions:
+                raise self._world.fail(f"claim 1: {region} sent progress for unknown {origin}")
+            first = self.ledger.next_data(region, origin, m)
+            if seq >= first:
+                raise self._world.fail(
+                    f"claim 1: {region} sent {name} progress {progress} read at {m}, but "
+                    f"({origin}, {first}) lies above it in {region} (or has not reached it)"
+                )
+            stored_at = self.ledger.dropped_above(region, origin, seq, m)
+            if stored_at is not None:
+                raise self._world.fail(
+                    f"case 2: {region} sent {name} progress {progress} read at {m}, covering "
+                    f"a duplicate of {origin} it dropped for a copy stored at {stored_at}"
+                )
+        self._world.stats["vectors_checked"] += 1
 
     def moved(self, region: str, durable: str, start: int, how: str) -> None:
         """A sidecar moved or created `durable` in `region` to deliver from `start`: every

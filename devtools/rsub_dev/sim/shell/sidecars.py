@@ -17,9 +17,9 @@ from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.lease import LeaseState
-from sidecar.nats.port import ApiJson
+from sidecar.nats.port import ApiJson, Published
 from sidecar.nats.shards import Member, ShardLeases, shard_of
-from sidecar.protocol import MachineConfig
+from sidecar.protocol import MachineConfig, Marker, Snapshot, StreamMachine, Update, decode
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 from sidecar.runtime.intervals import IntervalLoop
@@ -32,6 +32,25 @@ class CheckedPort(SimPort):
         super().__init__(net)
         self._checks = checks
         self._region = region
+
+    async def publish(self, stream: str, subject: str, data: bytes, msg_id: str) -> Published:
+        """A marker, checked as it lands: a completed snapshot (safety), an update's progress
+        vector (claim 1)."""
+        checks, js = self._checks, self._net.js
+
+        def land() -> Published:
+            decoded = decode(data, stream=STREAM, regions=checks.regions)
+            if isinstance(decoded, Marker):
+                body = decoded.body
+                if isinstance(body, Snapshot):
+                    checks.snapshot(decoded.region, body)
+                elif isinstance(body, Update):
+                    checks.vector(decoded.region, body)
+            headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Stream": stream}
+            ack = js.publish(subject, data, headers)
+            return Published(ack.seq, ack.duplicate)
+
+        return await self._net.call(land)
 
     async def consumer_reset(
         self, stream: str, name: str, seq: int, *, timeout_s: float
@@ -74,6 +93,7 @@ class Sidecar:
         vs: VirtualStream,
         p: ShellParams,
         driver_factory: Callable[..., StreamDriver],
+        machine_factory: type[StreamMachine],
         note: Callable[[str], None],
     ) -> None:
         """The real driver, interval loop and shard leases (with the region's membership),
@@ -87,7 +107,7 @@ class Sidecar:
         bucket_name = f"rsub-{region}"
         bucket = await self.port.key_value(bucket_name)
         handles.cursor_store = CursorStore(bucket)
-        driver = driver_factory(vs, config, handles, SidecarMetrics())
+        driver = driver_factory(vs, config, handles, SidecarMetrics(), machine_factory)
         self.driver = driver
         await driver.rebuild()
         intervals = IntervalLoop(handles, p.interval_ms, sweep_intervals=30)

@@ -40,6 +40,7 @@ from rsub_dev.simjs import (
     SubjectTransform,
 )
 from sidecar.naming import VirtualStream
+from sidecar.protocol import StreamMachine
 from sidecar.runtime.driver import StreamDriver
 
 ShellResult = SimResult[ShellParams]
@@ -51,10 +52,12 @@ class ShellWorld(LoopWorld[ShellParams]):
         seed: int,
         params: ShellParams,
         driver_factory: Callable[..., StreamDriver] = StreamDriver,
+        machine_factory: type[StreamMachine] = StreamMachine,
         trace_len: int = 80,
     ) -> None:
         super().__init__(seed, params, trace_len)
         self.driver_factory = driver_factory
+        self.machine_factory = machine_factory
         self.vs = VirtualStream(STREAM, tuple(f"r{i}" for i in range(params.regions)))
         self._sidecars: list[Sidecar] = []
         self._home = self.vs.regions[0]
@@ -174,7 +177,7 @@ class ShellWorld(LoopWorld[ShellParams]):
             )
 
     async def _start(self, sidecar: Sidecar) -> None:
-        await sidecar.start(self.vs, self.p, self.driver_factory, self.note)
+        await sidecar.start(self.vs, self.p, self.driver_factory, self.machine_factory, self.note)
 
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
