@@ -12,7 +12,15 @@ from rsub_dev.sim.shell.params import DURABLE, ShellParams
 from rsub_dev.simjs import ConsumerInfo, SimJetStream
 from sidecar.naming import VirtualStream
 from sidecar.nats.origin_log import data_entry
-from sidecar.protocol import Snapshot, StreamMachine, Update
+from sidecar.protocol import (
+    Marker,
+    MarkerIgnored,
+    MarkerRejected,
+    Output,
+    Snapshot,
+    StreamMachine,
+    Update,
+)
 
 
 class Checks:
@@ -159,3 +167,52 @@ class Checks:
             entry = data_entry(vs, msg.seq, msg.headers)
             if not self.consumed[(entry.origin, entry.origin_seq)]:
                 raise self._world.fail(f"loss: {entry} in {home} never consumed")
+
+
+class Fencing:
+    """Fencing (docs/protocol.md §2), for one incarnation of one sidecar replica (`name`): a
+    marker whose epoch is below one its writer's region already wrote, as fed to it, changes
+    nothing (no action, nothing applied); once fed a marker its own region wrote with a newer
+    epoch than its own, it publishes no marker of its old epoch again."""
+
+    def __init__(self, world: LoopWorld[ShellParams], name: str, region: str) -> None:
+        self._world = world
+        self._name = name
+        self._region = region
+        self._seen: dict[str, int] = {}
+        self.deposed: int | None = None
+        """Its epoch when it was fed its region's newer one."""
+
+    def fed(self, machine: StreamMachine, marker: Marker, outputs: list[Output]) -> None:
+        seen = self._seen.get(marker.region, 0)
+        if marker.epoch < seen:
+            acted = [o for o in outputs if not isinstance(o, MarkerIgnored | MarkerRejected)]
+            if acted:
+                raise self._world.fail(
+                    f"fencing: {self._name} acted on a marker of {marker.region} with epoch "
+                    f"{marker.epoch} after {marker.region} wrote with epoch {seen}: {acted[0]}"
+                )
+        self._seen[marker.region] = max(seen, marker.epoch)
+        newer = marker.region == self._region and machine.epoch < marker.epoch
+        if newer and (self.deposed is None or machine.epoch > self.deposed):
+            self.deposed = machine.epoch
+            self._world.stats["deposed"] += 1
+
+    def publishing(self, marker: Marker) -> None:
+        """It starts publishing `marker` (checked as the request goes out)."""
+        if self.deposed is not None and marker.epoch <= self.deposed:
+            raise self._world.fail(
+                f"fencing: {self._name} publishes with epoch {marker.epoch} after it read its "
+                f"region's newer epoch: {type(marker.body).__name__}"
+            )
+
+
+def fenced(factory: type[StreamMachine], fencing: Fencing) -> type[StreamMachine]:
+    """`factory`'s machines, each decoded marker they are fed checked (`Fencing.fed`)."""
+
+    def marker_seen(machine: StreamMachine, read_seq: int, marker: Marker) -> list[Output]:
+        outputs = factory.marker_seen(machine, read_seq, marker)
+        fencing.fed(machine, marker, outputs)
+        return outputs
+
+    return type(f"Fenced{factory.__name__}", (factory,), {"marker_seen": marker_seen})

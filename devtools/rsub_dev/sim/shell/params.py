@@ -36,6 +36,12 @@ class ShellParams:
     action_failures: float = 0.0
     """Of the requests that read, move or create a consumer: fail (an error, no reply, or
     done with the reply lost) while the home region is up."""
+    timeout_ms: int = 30_000
+    """A snapshot attempt's timeout (`MachineConfig.timeout_ms`)."""
+    freezes: bool = False
+    """Sidecar processes freeze (a GC pause, a stalled VM) for half a lease to two, then wake
+    with their state: longer than the lease, another replica takes the stream over and the
+    frozen one wakes a zombie, its requests under way landing late."""
 
     @classmethod
     def draw(cls, rng: random.Random) -> ShellParams:
@@ -53,4 +59,6 @@ class ShellParams:
             partitions=rng.random() < 0.5,
             garbage=rng.random() < 0.3,
             replicas=rng.choice([1, 1, 2, 3]),
+            timeout_ms=rng.choice([1_500, 5_000, 30_000]),
+            freezes=rng.random() < 0.4,
         )

@@ -8,8 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsub_dev.sim.port import LoopClock, SimNet, SimPort
-from rsub_dev.sim.shell.checks import Checks
+from rsub_dev.sim.outcome import LoopWorld
+from rsub_dev.sim.port import LoopClock, ProcessNet, SimPort
+from rsub_dev.sim.shell.checks import Checks, Fencing, fenced
 from rsub_dev.sim.shell.params import SHARDS, STREAM, ShellParams
 from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import NatsConfig
@@ -28,18 +29,23 @@ from sidecar.runtime.intervals import IntervalLoop
 class CheckedPort(SimPort):
     """The port a sidecar gets: the simulated one, its consumer moves checked."""
 
-    def __init__(self, net: SimNet, checks: Checks, region: str) -> None:
+    def __init__(self, net: ProcessNet, checks: Checks, region: str) -> None:
         super().__init__(net)
+        self.net = net
         self._checks = checks
         self._region = region
+        self.fencing: Fencing | None = None
+        """The running incarnation's (`Sidecar.start`)."""
 
     async def publish(self, stream: str, subject: str, data: bytes, msg_id: str) -> Published:
-        """A marker, checked as it lands: a completed snapshot (safety), an update's progress
-        vector (claim 1)."""
+        """A marker, checked as it goes out (fencing) and as it lands: a completed snapshot
+        (safety), an update's progress vector (claim 1)."""
         checks, js = self._checks, self._net.js
+        decoded = decode(data, stream=STREAM, regions=checks.regions)
+        if isinstance(decoded, Marker) and self.fencing is not None:
+            self.fencing.publishing(decoded)
 
         def land() -> Published:
-            decoded = decode(data, stream=STREAM, regions=checks.regions)
             if isinstance(decoded, Marker):
                 body = decoded.body
                 if isinstance(body, Snapshot):
@@ -94,7 +100,7 @@ class Sidecar:
         p: ShellParams,
         driver_factory: Callable[..., StreamDriver],
         machine_factory: type[StreamMachine],
-        note: Callable[[str], None],
+        world: LoopWorld[ShellParams],
     ) -> None:
         """The real driver, interval loop and shard leases (with the region's membership),
         wired as the runtime's root wires them for one stream."""
@@ -103,11 +109,15 @@ class Sidecar:
         self.starts += 1
         holder = f"{self.name}-{self.starts}"
         handles = _handles(region, self.port, LoopClock(loop).now_ms)
-        config = MachineConfig(region, STREAM, vs.regions, interval_ms=p.interval_ms)
+        config = MachineConfig(
+            region, STREAM, vs.regions, interval_ms=p.interval_ms, timeout_ms=p.timeout_ms
+        )
         bucket_name = f"rsub-{region}"
         bucket = await self.port.key_value(bucket_name)
         handles.cursor_store = CursorStore(bucket)
-        driver = driver_factory(vs, config, handles, SidecarMetrics(), machine_factory)
+        self.port.fencing = fencing = Fencing(world, holder, region)
+        machines = fenced(machine_factory, fencing)
+        driver = driver_factory(vs, config, handles, SidecarMetrics(), machines)
         self.driver = driver
         await driver.rebuild()
         intervals = IntervalLoop(handles, p.interval_ms, sweep_intervals=30)
@@ -117,7 +127,7 @@ class Sidecar:
 
         def changed(shard: int, state: LeaseState) -> None:
             if shard == stream_shard:
-                note(f"{holder} leader={state.leader} epoch={state.epoch}")
+                world.note(f"{holder} leader={state.leader} epoch={state.epoch}")
                 driver.leadership(state.leader, state.epoch)
 
         handles.leases = ShardLeases(member, on_change=changed)
@@ -137,6 +147,14 @@ class Sidecar:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.tasks.clear()
+        self.port.net.awake.set()  # it starts again awake
+
+    async def freeze(self, ms: int) -> None:
+        """A pause of the whole process (`ProcessNet`) for `ms`: it keeps its state and wakes
+        with it, its lease possibly lost and taken over meanwhile (a zombie until it learns)."""
+        self.port.net.awake.clear()
+        await asyncio.sleep(ms / 1000)
+        self.port.net.awake.set()
 
 
 def _handles(region: str, port: SimPort, clock: Callable[[], int]) -> RegionHandles:

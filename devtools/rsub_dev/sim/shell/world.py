@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rsub_dev.sim.outcome import LoopWorld, SimResult
-from rsub_dev.sim.port import LoopClock, SimNet
+from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
 from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
 from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, STREAM, ShellParams
@@ -134,7 +134,12 @@ class ShellWorld(LoopWorld[ShellParams]):
                 return
             kinds = [
                 k
-                for k, on in (("crash", p.crashes), ("cut", p.partitions), ("junk", p.garbage))
+                for k, on in (
+                    ("crash", p.crashes),
+                    ("cut", p.partitions),
+                    ("junk", p.garbage),
+                    ("freeze", p.freezes),
+                )
                 if on
             ]
             if not kinds:
@@ -145,6 +150,13 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.note(f"junk on {region}'s marker subject")
                 self.stats["junk"] += 1
                 self.js.publish(self.vs.marker_subject(region), rng.randbytes(rng.randint(0, 40)))
+            elif kind == "freeze":
+                sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
+                ms = rng.randint(p.lease_ttl_ms // 2, 2 * p.lease_ttl_ms)
+                self.note(f"{sidecar.name} freezes for {ms} ms")
+                self.stats["freezes"] += 1
+                await sidecar.freeze(ms)
+                self.note(f"{sidecar.name} wakes")
             elif kind == "crash":
                 sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
                 name = sidecar.name
@@ -177,7 +189,7 @@ class ShellWorld(LoopWorld[ShellParams]):
             )
 
     async def _start(self, sidecar: Sidecar) -> None:
-        await sidecar.start(self.vs, self.p, self.driver_factory, self.machine_factory, self.note)
+        await sidecar.start(self.vs, self.p, self.driver_factory, self.machine_factory, self)
 
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
@@ -198,7 +210,7 @@ class ShellWorld(LoopWorld[ShellParams]):
         try:
             for name in self.vs.regions:
                 for index in range(self.p.replicas):
-                    port = CheckedPort(net, checks, name)
+                    port = CheckedPort(ProcessNet(net), checks, name)
                     self._sidecars.append(Sidecar(name, index, port))
                     await self._start(self._sidecars[-1])
             produce_until = self.p.run_ms - 4_000
