@@ -31,8 +31,9 @@ from rsub_dev.simjs.errors import (
 )
 from rsub_dev.simjs.faults import Fault, Faults, Op
 from rsub_dev.simjs.kv import KeyValue, bucket_config, bucket_stream
+from rsub_dev.simjs.message import StoredMessage
 from rsub_dev.simjs.sourcing import Link
-from rsub_dev.simjs.stream import PubAck, StoredMessage, Stream, StreamConfig, StreamInfo
+from rsub_dev.simjs.stream import PubAck, Stream, StreamConfig, StreamInfo
 from sidecar.nats.topology import subjects_overlap
 
 T = TypeVar("T")

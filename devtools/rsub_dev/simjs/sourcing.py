@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsub_dev.simjs.stream import PubAck, SourceConfig, StoredMessage, Stream
+from rsub_dev.simjs.message import StoredMessage
+from rsub_dev.simjs.stream import PubAck, SourceConfig, Stream
 from sidecar.naming import SOURCE_HEADER
 
 _EXPECTED_PREFIX = "Nats-Expected-"

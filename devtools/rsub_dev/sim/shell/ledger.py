@@ -11,8 +11,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from rsub_dev.simjs import SimJetStream
+from rsub_dev.simjs.message import StoredMessage
 from rsub_dev.simjs.sourcing import Link
-from rsub_dev.simjs.stream import PubAck, StoredMessage
+from rsub_dev.simjs.stream import PubAck
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import subject_within
 
