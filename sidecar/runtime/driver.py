@@ -64,6 +64,7 @@ class StreamDriver:
         config: MachineConfig,
         handles: RegionHandles,
         metrics: SidecarMetrics,
+        machine_factory: type[StreamMachine] = StreamMachine,
     ) -> None:
         self.vs = vs
         self.subscriptions = LocalSubscriptions(vs, handles.region, handles.clock)
@@ -75,6 +76,8 @@ class StreamDriver:
         self.read_later: Callable[[StreamDriver], None] = StreamDriver._read_unqueued
         """Queues a `refresh` of this driver (set by the `IntervalLoop` that runs it)."""
         self._config = config
+        self._machine_factory = machine_factory
+        """What `rebuild` restores the machine as (a broken one, in the simulation's tests)."""
         self._metrics = metrics
         self._handles = handles
         self._effects = Effects(vs, handles, self.subscriptions)
@@ -136,7 +139,7 @@ class StreamDriver:
         self.tails.data_from(listing.last_seq)
         # Leadership reaches the machine through the job queue (`leadership`), never here:
         # `became_leader` twice with one epoch would reuse snapshot ids.
-        self.machine, read = StreamMachine.restore(
+        self.machine, read = self._machine_factory.restore(
             self._config,
             markers,
             listing.subscriptions,

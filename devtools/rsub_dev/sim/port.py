@@ -97,6 +97,25 @@ class SimNet:
         return _SimListener(self._listeners, entry)
 
 
+class ProcessNet(SimNet):
+    """One process's view of the shared `SimNet`: the same JetStream, signals and delays,
+    and a switch that freezes it (a GC pause, a stalled VM): while frozen, none of its
+    requests goes out and no reply or read reaches it; what was under way waits, and lands
+    once it wakes (a request sent before the pause, late)."""
+
+    def __init__(self, net: SimNet) -> None:
+        self.js, self.rng, self.max_delay_ms = net.js, net.rng, net.max_delay_ms
+        self.changed = net.changed
+        self._listeners = net._listeners
+        self.awake = asyncio.Event()
+        self.awake.set()
+
+    async def delay(self) -> None:
+        await self.awake.wait()
+        await super().delay()
+        await self.awake.wait()
+
+
 class _SimListener:
     def __init__(
         self, listeners: list[tuple[str, Callable[[], None]]], entry: tuple[str, Callable[[], None]]

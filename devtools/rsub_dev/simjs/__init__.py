@@ -30,10 +30,10 @@ from rsub_dev.simjs.errors import SimJSError
 from rsub_dev.simjs.faults import NEEDS_META, Fault, Faults, Op
 from rsub_dev.simjs.jetstream import SimJetStream
 from rsub_dev.simjs.kv import KeyValue, KVEntry
+from rsub_dev.simjs.message import StoredMessage
 from rsub_dev.simjs.stream import (
     PubAck,
     SourceConfig,
-    StoredMessage,
     StreamConfig,
     StreamInfo,
     StreamState,

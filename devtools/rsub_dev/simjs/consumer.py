@@ -24,15 +24,31 @@ consumers, ack policies other than explicit, max ack pending.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from rsub_dev.simjs.errors import INVALID_RESET, api_error
+from rsub_dev.simjs.message import StoredMessage
 from sidecar.nats.topology import subject_within
 
-if TYPE_CHECKING:
-    from rsub_dev.simjs.stream import StoredMessage, Stream
+
+class Stream(Protocol):
+    """What a consumer reads of its stream (`rsub_dev.simjs.stream.Stream`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def first_seq(self) -> int: ...
+
+    @property
+    def last_seq(self) -> int: ...
+
+    def matching(
+        self, start: int, filters: tuple[str, ...] = (), last: int | None = None
+    ) -> Iterator[StoredMessage]: ...
+
 
 DeliverPolicy = Literal["all", "by_start_sequence"]
 

@@ -31,8 +31,9 @@ from rsub_dev.simjs.errors import (
 )
 from rsub_dev.simjs.faults import Fault, Faults, Op
 from rsub_dev.simjs.kv import KeyValue, bucket_config, bucket_stream
+from rsub_dev.simjs.message import StoredMessage
 from rsub_dev.simjs.sourcing import Link
-from rsub_dev.simjs.stream import PubAck, StoredMessage, Stream, StreamConfig, StreamInfo
+from rsub_dev.simjs.stream import PubAck, Stream, StreamConfig, StreamInfo
 from sidecar.nats.topology import subjects_overlap
 
 T = TypeVar("T")
@@ -50,6 +51,9 @@ class SimJetStream:
         self._cut: set[str | None] = set()
         self._settled_ms = clock.now_ms()
         self._created = 0  # streams created so far (in their creation times' nanoseconds)
+        self.on_sourced: Callable[[Link, StoredMessage, PubAck], None] | None = None
+        """Told of every message a link carries: the origin's, and where the target stored it
+        (or the stored copy it was dropped for, `duplicate`)."""
 
     @property
     def now_ms(self) -> int:
@@ -69,7 +73,9 @@ class SimJetStream:
                 stream.expire(at)
             msg = link.next_message(self._streams[link.origin])  # unless it expired at `at`
             if msg is not None and link.arrival_ms(msg) == at:
-                link.carry(msg, self._streams[link.origin], self._streams[link.target], at)
+                ack = link.carry(msg, self._streams[link.origin], self._streams[link.target], at)
+                if self.on_sourced is not None:
+                    self.on_sourced(link, msg, ack)
         for stream in self._streams.values():
             stream.expire(now)
         self._settled_ms = now

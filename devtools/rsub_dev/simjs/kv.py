@@ -14,8 +14,9 @@ from 0); `delete(last=...)` fails with a 400 `wrong last sequence` (nats-py's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol, TypeVar
 
 from nats.js.api import Header
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
@@ -23,14 +24,35 @@ from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 from rsub_dev.simjs.errors import (
     WRONG_LAST_SEQUENCE,
     SimBadRequest,
+    SimJSError,
     SimKeyNotFound,
     SimKeyWrongLastSequence,
 )
 from rsub_dev.simjs.faults import Op
-from rsub_dev.simjs.stream import StoredMessage, StreamConfig
+from rsub_dev.simjs.message import StoredMessage
+from rsub_dev.simjs.stream import Stream, StreamConfig
 
-if TYPE_CHECKING:
-    from rsub_dev.simjs.jetstream import SimJetStream
+T = TypeVar("T")
+
+
+class Host(Protocol):
+    """What a bucket needs of the JetStream holding it (`SimJetStream`): its stream, the
+    time, and every operation run as one, with its faults."""
+
+    @property
+    def now_ms(self) -> int: ...
+
+    def _stream(self, name: str) -> Stream: ...
+
+    def _call(
+        self,
+        op: Op,
+        target: str,
+        action: Callable[[], T],
+        missing: Callable[[], SimJSError] = ...,
+        cluster: str | None = None,
+    ) -> T: ...
+
 
 Operation = Literal["PUT", "DEL", "PURGE"]
 
@@ -59,7 +81,7 @@ class KVEntry:
 
 
 class KeyValue:
-    def __init__(self, js: SimJetStream, bucket: str) -> None:
+    def __init__(self, js: Host, bucket: str) -> None:
         self._js = js
         self.bucket = bucket
         self._stream = bucket_stream(bucket)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsub_dev.simjs.stream import SourceConfig, StoredMessage, Stream
+from rsub_dev.simjs.message import StoredMessage
+from rsub_dev.simjs.stream import PubAck, SourceConfig, Stream
 from sidecar.naming import SOURCE_HEADER
 
 _EXPECTED_PREFIX = "Nats-Expected-"
@@ -61,8 +62,8 @@ class Link:
     def arrival_ms(self, msg: StoredMessage) -> int:
         return max(msg.time_ms + self.delay_ms, self.open_since_ms, self.last_arrival_ms)
 
-    def carry(self, msg: StoredMessage, origin: Stream, target: Stream, at_ms: int) -> None:
-        """Store `msg` in `target` as arrived at `at_ms`."""
+    def carry(self, msg: StoredMessage, origin: Stream, target: Stream, at_ms: int) -> PubAck:
+        """Store `msg` in `target` as arrived at `at_ms` (a duplicate: the stored copy's)."""
         subject = self.source.subject_for(msg.subject)
         assert subject is not None
         headers: dict[str, str] = {
@@ -71,5 +72,6 @@ class Link:
             if not k.startswith(_EXPECTED_PREFIX) and k != SOURCE_HEADER
         }
         headers[SOURCE_HEADER] = self.source.header(msg.seq, msg.subject, origin.identity)
-        target.store(subject, msg.data, headers, at_ms)
+        ack = target.store(subject, msg.data, headers, at_ms)
         self.taken, self.last_arrival_ms, self._ahead = msg.seq, at_ms, None
+        return ack

@@ -29,6 +29,7 @@ from rsub_dev.simjs.errors import (
     api_error,
     wrong_last_sequence,
 )
+from rsub_dev.simjs.message import StoredMessage
 from rsub_dev.simjs.subjects import SubjectTransform
 from sidecar.nats.topology import subject_within
 
@@ -112,15 +113,6 @@ class StreamConfig:
         if self.sources:
             return 0
         return min(DEFAULT_DUPLICATE_WINDOW_MS, self.max_age_ms or DEFAULT_DUPLICATE_WINDOW_MS)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    seq: int
-    subject: str
-    data: bytes
-    headers: Mapping[str, str]
-    time_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,64 @@
+"""What a run of the runtime's world is made of, drawn from its seed."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+STREAM = "orders"
+DURABLE = "app"
+SHARDS = 4
+DEDUP_WINDOW_MS = 120_000
+
+
+@dataclass(frozen=True, slots=True)
+class ShellParams:
+    regions: int = 2
+    interval_ms: int = 200
+    max_delay_ms: int = 5
+    link_delay_ms: int = 30
+    produce_gap_ms: int = 50
+    consume_gap_ms: int = 40
+    consume_batch: int = 5
+    failover_ms: int = 6_000
+    run_ms: int = 14_000
+    lease_ttl_ms: int = 3_000
+    replicas: int = 1
+    """Sidecar replicas per region, sharing the streams' leadership (`ShardLeases`)."""
+    crashes: bool = False
+    """Sidecars crash and restart (rebuilt from their read stream, a new lease holder)
+    before the failover."""
+    partitions: bool = False
+    """Regions other than the home are cut from the others for a while, then healed."""
+    garbage: bool = False
+    """Junk is published on the marker subjects: every sidecar reads it, rejects it (counted
+    and logged) and goes on."""
+    action_failures: float = 0.0
+    """Of the requests that read, move or create a consumer: fail (an error, no reply, or
+    done with the reply lost) while the home region is up."""
+    timeout_ms: int = 30_000
+    """A snapshot attempt's timeout (`MachineConfig.timeout_ms`)."""
+    freezes: bool = False
+    """Sidecar processes freeze (a GC pause, a stalled VM) for half a lease to two, then wake
+    with their state: longer than the lease, another replica takes the stream over and the
+    frozen one wakes a zombie, its requests under way landing late."""
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> ShellParams:
+        return cls(
+            regions=rng.randint(2, 3),
+            interval_ms=rng.choice([100, 200, 500]),
+            max_delay_ms=rng.choice([0, 2, 10, 40]),
+            link_delay_ms=rng.choice([5, 30, 150]),
+            produce_gap_ms=rng.choice([20, 50, 120]),
+            consume_gap_ms=rng.choice([10, 40, 100]),
+            consume_batch=rng.choice([1, 5, 20]),
+            failover_ms=rng.choice([0, 3_000, 6_000]),
+            action_failures=rng.choice([0.0, 0.0, 0.1, 0.3]),
+            crashes=rng.random() < 0.5,
+            partitions=rng.random() < 0.5,
+            garbage=rng.random() < 0.3,
+            replicas=rng.choice([1, 1, 2, 3]),
+            timeout_ms=rng.choice([1_500, 5_000, 30_000]),
+            freezes=rng.random() < 0.4,
+        )

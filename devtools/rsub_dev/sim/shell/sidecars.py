@@ -1,0 +1,165 @@
+"""A sidecar replica of the runtime's world: the real driver, interval loop and shard leases
+of one region, over a port to the simulated JetStream whose consumer moves are checked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsub_dev.sim.outcome import LoopWorld
+from rsub_dev.sim.port import LoopClock, ProcessNet, SimPort
+from rsub_dev.sim.shell.checks import Checks, Fencing, fenced
+from rsub_dev.sim.shell.params import SHARDS, STREAM, ShellParams
+from sidecar.api.metrics import SidecarMetrics
+from sidecar.config import NatsConfig
+from sidecar.naming import VirtualStream
+from sidecar.nats.connection import NatsConnection
+from sidecar.nats.cursors import CursorStore
+from sidecar.nats.lease import LeaseState
+from sidecar.nats.port import ApiJson, Published
+from sidecar.nats.shards import Member, ShardLeases, shard_of
+from sidecar.protocol import MachineConfig, Marker, Snapshot, StreamMachine, Update, decode
+from sidecar.runtime.driver import StreamDriver
+from sidecar.runtime.handles import RegionHandles
+from sidecar.runtime.intervals import IntervalLoop
+
+
+class CheckedPort(SimPort):
+    """The port a sidecar gets: the simulated one, its consumer moves checked."""
+
+    def __init__(self, net: ProcessNet, checks: Checks, region: str) -> None:
+        super().__init__(net)
+        self.net = net
+        self._checks = checks
+        self._region = region
+        self.fencing: Fencing | None = None
+        """The running incarnation's (`Sidecar.start`)."""
+
+    async def publish(self, stream: str, subject: str, data: bytes, msg_id: str) -> Published:
+        """A marker, checked as it goes out (fencing) and as it lands: a completed snapshot
+        (safety), an update's progress vector (claim 1)."""
+        checks, js = self._checks, self._net.js
+        decoded = decode(data, stream=STREAM, regions=checks.regions)
+        if isinstance(decoded, Marker) and self.fencing is not None:
+            self.fencing.publishing(decoded)
+
+        def land() -> Published:
+            if isinstance(decoded, Marker):
+                body = decoded.body
+                if isinstance(body, Snapshot):
+                    checks.snapshot(decoded.region, body)
+                elif isinstance(body, Update):
+                    checks.vector(decoded.region, body)
+            headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Stream": stream}
+            ack = js.publish(subject, data, headers)
+            return Published(ack.seq, ack.duplicate)
+
+        return await self._net.call(land)
+
+    async def consumer_reset(
+        self, stream: str, name: str, seq: int, *, timeout_s: float
+    ) -> ApiJson:
+        def land() -> ApiJson:
+            # Checked as the reset lands, against the consumer as it is then.
+            self._checks.resetting(self._region, name, seq)
+            return self._consumer_json(self._net.js.consumer_reset(stream, name, seq))
+
+        reply = await self._net.call(land)
+        self._checks.moved(self._region, name, seq, "reset")
+        return reply
+
+    async def consumer_create(
+        self, stream: str, name: str, config: Mapping[str, Any], action: str, *, timeout_s: float
+    ) -> ApiJson:
+        reply = await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
+        if action == "create":
+            self._checks.moved(self._region, name, int(config.get("opt_start_seq", 1)), "create")
+        return reply
+
+
+@dataclass
+class Sidecar:
+    """One sidecar replica of a region (the n-th; `starts` counts its restarts)."""
+
+    region: str
+    index: int
+    port: CheckedPort
+    driver: StreamDriver | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    starts: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.region}-{self.index}"
+
+    async def start(
+        self,
+        vs: VirtualStream,
+        p: ShellParams,
+        driver_factory: Callable[..., StreamDriver],
+        machine_factory: type[StreamMachine],
+        world: LoopWorld[ShellParams],
+    ) -> None:
+        """The real driver, interval loop and shard leases (with the region's membership),
+        wired as the runtime's root wires them for one stream."""
+        loop = asyncio.get_running_loop()
+        region = self.region
+        self.starts += 1
+        holder = f"{self.name}-{self.starts}"
+        handles = _handles(region, self.port, LoopClock(loop).now_ms)
+        config = MachineConfig(
+            region, STREAM, vs.regions, interval_ms=p.interval_ms, timeout_ms=p.timeout_ms
+        )
+        bucket_name = f"rsub-{region}"
+        bucket = await self.port.key_value(bucket_name)
+        handles.cursor_store = CursorStore(bucket)
+        self.port.fencing = fencing = Fencing(world, holder, region)
+        machines = fenced(machine_factory, fencing)
+        driver = driver_factory(vs, config, handles, SidecarMetrics(), machines)
+        self.driver = driver
+        await driver.rebuild()
+        intervals = IntervalLoop(handles, p.interval_ms, sweep_intervals=30)
+        ttl_s = p.lease_ttl_ms / 1000
+        member = Member(bucket, self.port, bucket_name, holder, ttl_s, SHARDS, loop.time)
+        stream_shard = shard_of(STREAM, SHARDS)
+
+        def changed(shard: int, state: LeaseState) -> None:
+            if shard == stream_shard:
+                world.note(f"{holder} leader={state.leader} epoch={state.epoch}")
+                driver.leadership(state.leader, state.epoch)
+
+        handles.leases = ShardLeases(member, on_change=changed)
+        self.tasks += [
+            loop.create_task(driver.drive()),
+            loop.create_task(driver.tails.markers()),
+            loop.create_task(driver.tails.origins()),
+            loop.create_task(intervals.run()),
+            loop.create_task(intervals.follow_cursors(bucket_name)),
+            loop.create_task(handles.leases.run()),
+        ]
+        await intervals.add(driver)
+
+    async def stop(self) -> None:
+        """A crash: its tasks end where they are (its leases expire on their own)."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
+        self.port.net.awake.set()  # it starts again awake
+
+    async def freeze(self, ms: int) -> None:
+        """A pause of the whole process (`ProcessNet`) for `ms`: it keeps its state and wakes
+        with it, its lease possibly lost and taken over meanwhile (a zombie until it learns)."""
+        self.port.net.awake.clear()
+        await asyncio.sleep(ms / 1000)
+        self.port.net.awake.set()
+
+
+def _handles(region: str, port: SimPort, clock: Callable[[], int]) -> RegionHandles:
+    """The region's handles over the simulated port (the runtime's root builds them over
+    the connection): connected, as far as the runtime asks."""
+    connection = NatsConnection(NatsConfig(servers=("nats://sim.invalid:4222",)), name=region)
+    connection.connected = True
+    return RegionHandles(region, connection, port, clock=clock)

@@ -1,0 +1,241 @@
+"""The sidecar's real runtime under deterministic simulation: the shell that ships.
+
+Every sidecar replica runs the real `StreamDriver`, `IntervalLoop`, `Effects`,
+`LocalSubscriptions` and `ShardLeases` with its membership (and through them the real
+`sidecar.nats` code above the port), over `SimPort`
+(`rsub_dev.sim.port`): a simulated JetStream on virtual time (looptime's event loop), every
+request and reply delayed, sourcing between regions delayed. Applications publish in every
+region and consume one replicated durable in its home region; at `failover_ms` the home
+region is lost (its sidecar stopped, its sourcing cut) and the application continues in the
+next region. Everything comes from one seed.
+
+Checked as the run goes:
+- moved only over consumed data: whenever a sidecar resets or creates the durable, every data
+  message it moves the durable over was consumed (in any region, by its origin);
+- reported: what a machine reports for the durable (`mark_delete`, the API's answer) is never
+  beyond where the durable stands (its ack floor, extended over what it never delivers);
+- no loss: at the end, every data message the durable passed in its home (the region failed
+  over to) was consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from rsub_dev.sim.outcome import LoopWorld, SimResult
+from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
+from rsub_dev.sim.shell.applications import Applications
+from rsub_dev.sim.shell.checks import Checks
+from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, STREAM, ShellParams
+from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
+from rsub_dev.simjs import (
+    Fault,
+    Op,
+    SimJetStream,
+    SourceConfig,
+    StreamConfig,
+    SubjectTransform,
+)
+from sidecar.naming import VirtualStream
+from sidecar.protocol import StreamMachine
+from sidecar.runtime.driver import StreamDriver
+
+ShellResult = SimResult[ShellParams]
+
+
+class ShellWorld(LoopWorld[ShellParams]):
+    def __init__(
+        self,
+        seed: int,
+        params: ShellParams,
+        driver_factory: Callable[..., StreamDriver] = StreamDriver,
+        machine_factory: type[StreamMachine] = StreamMachine,
+        trace_len: int = 80,
+    ) -> None:
+        super().__init__(seed, params, trace_len)
+        self.driver_factory = driver_factory
+        self.machine_factory = machine_factory
+        self.vs = VirtualStream(STREAM, tuple(f"r{i}" for i in range(params.regions)))
+        self._sidecars: list[Sidecar] = []
+        self._home = self.vs.regions[0]
+        self._live = set(self.vs.regions)
+        self._js: SimJetStream | None = None
+        self._checks: Checks | None = None
+
+    @property
+    def js(self) -> SimJetStream:
+        assert self._js is not None
+        return self._js
+
+    @property
+    def checks(self) -> Checks:
+        assert self._checks is not None
+        return self._checks
+
+    # ---- the regions --------------------------------------------------------------------
+
+    def _topology(self) -> None:
+        vs, js = self.vs, self.js
+        for r in vs.regions:
+            js.stream_create(
+                StreamConfig(
+                    vs.write_stream(r), (vs.data_subject(r), vs.marker_subject(r)), placement=r
+                )
+            )
+        for r in vs.regions:
+            sources = tuple(
+                SourceConfig(
+                    vs.write_stream(o),
+                    subject_transforms=(
+                        SubjectTransform(vs.data_subject(o), vs.data_filter()),
+                        SubjectTransform(vs.marker_subject(o), vs.marker_subject(o)),
+                    ),
+                )
+                for o in vs.regions
+            )
+            js.stream_create(
+                StreamConfig(
+                    vs.read_stream(r),
+                    (vs.snapshot_subject(r),),
+                    duplicate_window_ms=DEDUP_WINDOW_MS,
+                    sources=sources,
+                    placement=r,
+                )
+            )
+            js.kv_bucket_create(f"rsub-{r}", placement=r)
+            for o in vs.regions:
+                delay = self.rng.randint(1, self.p.link_delay_ms)
+                js.set_delay(vs.read_stream(r), vs.write_stream(o), delay)
+
+    # ---- chaos --------------------------------------------------------------------------
+
+    async def _failover(self) -> None:
+        """The home region is lost: its sidecar stops, its sourcing is cut; the application
+        continues in the next region."""
+        lost, self._home = self._home, self.vs.regions[1]
+        self.note(f"{lost} lost; {self._home} takes over")
+        self._live.discard(lost)
+        self.js.partition(lost)
+        for sidecar in self._sidecars:
+            if sidecar.region == lost:
+                await sidecar.stop()
+        self.stats["failovers"] += 1
+
+    async def _chaos(self, until_ms: int) -> None:
+        """Until `until_ms`: sidecars crash and come back (rebuilt from their read stream,
+        under a new lease holder), and regions other than the home are cut off and healed."""
+        rng, p = self.rng, self.p
+        while True:
+            await asyncio.sleep(rng.randint(500, 3_000) / 1000)
+            if self.now_ms() >= until_ms:
+                return
+            kinds = [
+                k
+                for k, on in (
+                    ("crash", p.crashes),
+                    ("cut", p.partitions),
+                    ("junk", p.garbage),
+                    ("freeze", p.freezes),
+                )
+                if on
+            ]
+            if not kinds:
+                return
+            kind = rng.choice(kinds)
+            if kind == "junk":
+                region = rng.choice(sorted(self._live))
+                self.note(f"junk on {region}'s marker subject")
+                self.stats["junk"] += 1
+                self.js.publish(self.vs.marker_subject(region), rng.randbytes(rng.randint(0, 40)))
+            elif kind == "freeze":
+                sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
+                ms = rng.randint(p.lease_ttl_ms // 2, 2 * p.lease_ttl_ms)
+                self.note(f"{sidecar.name} freezes for {ms} ms")
+                self.stats["freezes"] += 1
+                await sidecar.freeze(ms)
+                self.note(f"{sidecar.name} wakes")
+            elif kind == "crash":
+                sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
+                name = sidecar.name
+                self.note(f"{name} crashes")
+                self.stats["crashes"] += 1
+                await sidecar.stop()
+                await asyncio.sleep(rng.randint(100, 2_000) / 1000)
+                if sidecar.region in self._live:  # not lost meanwhile
+                    self.note(f"{name} restarts")
+                    await self._start(sidecar)
+            else:
+                cut = rng.choice([r for r in sorted(self._live) if r != self._home] or [None])
+                if cut is None:
+                    continue
+                self.note(f"{cut} cut off")
+                self.stats["partitions"] += 1
+                self.js.partition(cut)
+                await asyncio.sleep(rng.randint(200, 3_000) / 1000)
+                self.note(f"{cut} healed")
+                self.js.partition(cut, cut=False)
+
+    async def _checking(self) -> None:
+        while True:
+            await asyncio.sleep(self.p.interval_ms / 1000)
+            self.js.settle()
+            self.checks.reported(
+                (s.name, s.region, s.driver.machine)
+                for s in self._sidecars
+                if s.driver is not None and s.driver.machine is not None
+            )
+
+    async def _start(self, sidecar: Sidecar) -> None:
+        await sidecar.start(self.vs, self.p, self.driver_factory, self.machine_factory, self)
+
+    async def _main(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._js = SimJetStream(LoopClock(loop), rng=random.Random(self.seed ^ 0x5EA))
+        net = SimNet(self._js, self.rng, self.p.max_delay_ms)
+        checks = self._checks = Checks(self, self.vs, self._js)
+        apps = Applications(self, self.vs, net, checks, self._live.__contains__, lambda: self._home)
+        self._topology()
+        apps.create_durable(self._home)
+        if self.p.action_failures:
+            self.js.faults.fail_randomly(
+                self.p.action_failures,
+                [Fault.ERROR, Fault.TIMEOUT, Fault.REPLY_LOST],
+                ops=[Op.CONSUMER_INFO, Op.CONSUMER_RESET, Op.CONSUMER_CREATE, Op.MSG_GET],
+                targets=[self.vs.read_stream(r) for r in self.vs.regions],
+            )
+        tasks = [loop.create_task(net.run())]
+        try:
+            for name in self.vs.regions:
+                for index in range(self.p.replicas):
+                    port = CheckedPort(ProcessNet(net), checks, name)
+                    self._sidecars.append(Sidecar(name, index, port))
+                    await self._start(self._sidecars[-1])
+            produce_until = self.p.run_ms - 4_000
+            tasks += [loop.create_task(apps.produce(r, produce_until)) for r in self.vs.regions]
+            tasks.append(loop.create_task(self._checking()))
+            chaos_until = self.p.failover_ms or self.p.run_ms - 5_000
+            tasks.append(loop.create_task(self._chaos(chaos_until)))
+            tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
+            if self.p.failover_ms:
+                if await self.until(self.p.failover_ms):
+                    return
+                await self._failover()
+                tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
+            if await self.until(self.p.run_ms):
+                return
+            checks.no_loss(self._home)
+        finally:
+            for sidecar in self._sidecars:
+                await sidecar.stop()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run_shell(seed: int, params: ShellParams | None = None, **kwargs: Any) -> ShellResult:
+    if params is None:
+        params = ShellParams.draw(random.Random(seed ^ 0x5E11))
+    return ShellWorld(seed, params, **kwargs).run()
