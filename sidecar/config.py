@@ -106,6 +106,10 @@ def _positive(value: float) -> str | None:
     return None if value > 0 else f"must be positive, got {value}"
 
 
+def _not_negative(value: float) -> str | None:
+    return None if value >= 0 else f"must not be negative, got {value}"
+
+
 def _regions(value: tuple[str, ...]) -> str | None:
     # Region names themselves are checked with the streams (VirtualStream, in Config._check).
     return None if value else "must list at least one region"
@@ -303,6 +307,15 @@ class ProgressConfig:
 
 
 @dataclass(frozen=True)
+class FailbackConfig:
+    """The failback guard (docs/protocol.md §7): a region that returns holds its replicated
+    durables until every other region told it what they consumed meanwhile, for `hold_s` at
+    most (0: no guard)."""
+
+    hold_s: float = field(default=120.0, metadata=_meta(_not_negative))
+
+
+@dataclass(frozen=True)
 class LeaseConfig:
     bucket: str = field(default="rsub-leases", metadata=_meta(_bucket))
     ttl_s: float = field(default=10.0, metadata=_meta(_positive))
@@ -365,6 +378,7 @@ class Config:
     )
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     progress: ProgressConfig = field(default_factory=ProgressConfig)
+    failback: FailbackConfig = field(default_factory=FailbackConfig)
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
     http: HttpConfig = field(default_factory=HttpConfig)

@@ -34,6 +34,8 @@ import sidecar
 # 10 ms .. 60 s: two regions on one host answer in milliseconds, distant regions in
 # hundreds of milliseconds, and the default snapshot timeout is 30 s.
 SNAPSHOT_DURATION_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60)
+# Sourcing between regions resumes 30-45 s after a region returns (docs/operations.md).
+FAILBACK_HOLD_BUCKETS_S = (0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300)
 
 
 class _AgeCollector(Collector):
@@ -123,6 +125,21 @@ class SidecarMetrics:
             "rsub_updates_applied_total",
             "Subscription updates from other regions that moved a subscription here.",
             ["stream", "origin"],
+            registry=r,
+        )
+        self._failback_held = Gauge(
+            "rsub_failback_held_durables",
+            "Replicated durables held (paused) by the failback guard while their region "
+            "catches up with what the other regions consumed (docs/protocol.md §7).",
+            ["stream"],
+            registry=r,
+        )
+        self._failback_hold = Histogram(
+            "rsub_failback_hold_seconds",
+            "How long the failback guard held a durable, by how it ended: released once "
+            "every region answered (caught_up) or at the hold's limit (expired).",
+            ["stream", "outcome"],
+            buckets=FAILBACK_HOLD_BUCKETS_S,
             registry=r,
         )
         self._markers_rejected = Counter(
@@ -277,6 +294,13 @@ class SidecarMetrics:
 
     def update_applied(self, stream: str, origin: str) -> None:
         self._updates_applied.labels(stream, origin).inc()
+
+    def set_failback_held(self, stream: str, durables: int) -> None:
+        self._failback_held.labels(stream).set(durables)
+
+    def failback_released(self, stream: str, held_s: float, expired: bool) -> None:
+        outcome = "expired" if expired else "caught_up"
+        self._failback_hold.labels(stream, outcome).observe(held_s)
 
     def marker_rejected(self, stream: str, reason: str) -> None:
         """`reason` is a short fixed word (e.g. malformed, unknown_region, stale_epoch)."""

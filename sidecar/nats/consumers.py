@@ -81,6 +81,19 @@ class Positions:
     # Replicated durables whose filter lets the markers through, with their filter subjects
     # (empty: none, every message).
     receiving_markers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Per stream the read stream sources: ms since it last heard from it, None when not once
+    # since the stream's server started (`sources[].active` of -1).
+    sources: Mapping[str, int | None] = field(default_factory=dict)
+
+
+def sources_heard(info: Mapping[str, Any]) -> dict[str, int | None]:
+    """From `STREAM.INFO`: per source stream, ms since the stream last heard from it (the
+    server reports nanoseconds, -1 when it has not heard from it since it started)."""
+    heard: dict[str, int | None] = {}
+    for source in info.get("sources") or []:
+        active = int(source.get("active", -1))
+        heard[str(source.get("name", ""))] = None if active < 0 else active // 1_000_000
+    return heard
 
 
 async def stream_last_seq(
@@ -167,7 +180,8 @@ class PositionReader:
         self._effective = EffectivePositions(stream, timeout_s=timeout_s)
 
     async def read(self, port: JetStreamPort) -> Positions:
-        last_seq = await stream_last_seq(port, self._stream, timeout_s=self._timeout)
+        stream_info = await port.stream_info(self._stream, timeout_s=self._timeout)
+        last_seq = int(stream_info["state"]["last_seq"])
         consumers: list[ConsumerPosition] = []
         skipped: list[SkippedConsumer] = []
         infos, missing = await self._list(port)
@@ -216,7 +230,13 @@ class PositionReader:
             if c.replicated and lets_through(filters := filters_of(c.config), self._marker_filter)
         }
         return Positions(
-            self._stream, last_seq, tuple(consumers), tuple(skipped), frozenset(unknown), receiving
+            self._stream,
+            last_seq,
+            tuple(consumers),
+            tuple(skipped),
+            frozenset(unknown),
+            receiving,
+            sources_heard(stream_info),
         )
 
     async def _list(self, port: JetStreamPort) -> tuple[list[dict[str, Any]], list[str]]:

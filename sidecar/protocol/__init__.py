@@ -61,16 +61,18 @@ Outputs (frozen dataclasses)
               MoveCursor(sub, ack_floor)   -> stored external cursor
               CreateConsumer / CreateCursor(sub, config, ack_floor) -> create if absent
               (the last four are `SubscriptionAction`s: report each one's outcome)
+              HoldConsumer(sub, hold_ms) / ReleaseConsumer(sub) -> pause a durable for
+              hold_ms at most / resume it (the failback guard, docs/protocol.md §7)
     reads:    ReadPositions(reason)      -> read the subscriptions and positions, report them
                                             (`read_done`) or the failure (`read_failed`);
                                             every replica, not only the leader
     events:   SnapshotStarted, SnapshotCompleted(snapshot, duration_ms), SnapshotTimedOut,
               UpdateSent, UpdateApplied, MarkerIgnored(reason), MarkerRead, MarkerRejected,
-              LeadershipLost
+              LeadershipLost, FailbackHeld, FailbackReleased
 
 Queries
     subscription(name) / subscriptions() -> MachineSubscription, gauges(), completed_snapshots(),
-    pending() -> PendingView | None, last_completed_ms, is_leader, epoch, generation,
+    pending() -> PendingView | None, last_completed_ms, is_leader, epoch, generation, held,
     needs() -> Needs(deadline_ms, signals): by when the next `interval` is wanted (None: not
     before another input), and whether signals matter; ask after every input. A runtime that
     calls `interval` only by then, and with `moved` only when `signals`, misses nothing.
@@ -106,6 +108,9 @@ from sidecar.protocol.outputs import (
     CreateConsumer,
     CreateCursor,
     Event,
+    FailbackHeld,
+    FailbackReleased,
+    HoldConsumer,
     IgnoreReason,
     LeadershipLost,
     MarkerIgnored,
@@ -118,6 +123,7 @@ from sidecar.protocol.outputs import (
     PublishReplicated,
     ReadPositions,
     ReadReason,
+    ReleaseConsumer,
     SnapshotCompleted,
     SnapshotStarted,
     SnapshotTimedOut,
@@ -141,6 +147,9 @@ __all__ = [
     "CreateConsumer",
     "CreateCursor",
     "Event",
+    "FailbackHeld",
+    "FailbackReleased",
+    "HoldConsumer",
     "IgnoreReason",
     "LeadershipLost",
     "MachineConfig",
@@ -161,6 +170,7 @@ __all__ = [
     "ReadReason",
     "RejectReason",
     "Rejected",
+    "ReleaseConsumer",
     "Request",
     "Response",
     "SentUpdate",

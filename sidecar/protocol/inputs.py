@@ -4,7 +4,7 @@ local subscriptions, and one read of their positions."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sidecar.protocol.markers import SubscriptionKind
 
@@ -21,12 +21,17 @@ class MachineConfig:
     progress: bool = True
     """Progress vectors (DESIGN §7): sent, and applied when received. Off, the machine is
     PIP-33 only (its index stays empty and received vectors are ignored)."""
+    hold_ms: int = 120_000
+    """The failback guard (docs/protocol.md §7): how long a returning region holds its
+    replicated durables at most while waiting for the other regions' progress (0: no guard)."""
 
     def __post_init__(self) -> None:
         if self.region not in self.regions:
             raise ValueError(f"region {self.region!r} is not in regions {self.regions}")
         if len(set(self.regions)) != len(self.regions):
             raise ValueError(f"regions must be unique: {self.regions}")
+        if self.hold_ms < 0:
+            raise ValueError(f"hold_ms must not be negative, got {self.hold_ms}")
         for name in ("interval_ms", "timeout_ms", "history_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -62,3 +67,7 @@ class PositionsListing:
     after it count as consumed) or a replicated durable at `last_seq`. Such a position can
     move when only the stream grows; any other moves only by a signal (an ack, a reset, a
     commit, a creation) or what a sweep catches."""
+    sources: Mapping[str, int | None] = field(default_factory=dict)
+    """Per other region, from the read stream's state: how long ago (ms) it last heard from
+    that region's write stream, None when not once since the stream's server started (its
+    `sources[].active` of -1). A region missing is not known (no guard decision rests on it)."""

@@ -27,6 +27,9 @@ from sidecar.protocol.origins import DataEntry, OriginIndex
 from sidecar.protocol.outputs import (
     CreateConsumer,
     CreateCursor,
+    FailbackHeld,
+    FailbackReleased,
+    HoldConsumer,
     IgnoreReason,
     LeadershipLost,
     MarkerIgnored,
@@ -39,6 +42,7 @@ from sidecar.protocol.outputs import (
     PublishReplicated,
     ReadPositions,
     ReadReason,
+    ReleaseConsumer,
     SnapshotCompleted,
     SnapshotStarted,
     SnapshotTimedOut,
@@ -71,6 +75,17 @@ class _Attempt:
     positions: dict[str, int] = field(default_factory=dict)
     local_max: int = 0
     own_seen_round: int = 0
+    catch_up: bool = False
+
+
+@dataclass(slots=True)
+class _Return:
+    """This region returned (the failback guard, docs/protocol.md §7)."""
+
+    since_ms: int
+    waiting: set[str]  # the regions that have not answered a catch-up request yet
+    held: set[str]  # the durables held
+    ids: set[SnapshotId] = field(default_factory=set)  # the catch-up requests' snapshots
 
 
 @dataclass(slots=True)
@@ -121,6 +136,11 @@ class StreamMachine:
         self._read_wanted: ReadReason | None = None
         self._read_last_seq = 0  # the read stream's end as of the last read
         self._follows_end = True  # whether a position followed that end (`PositionsListing`)
+        # The failback guard (docs/protocol.md §7): a leader's first listing tells whether this
+        # region returned; answers owed to returning regions wait for a positions read.
+        self._first_listing = False
+        self._return: _Return | None = None
+        self._owed: list[Response] = []
 
     @classmethod
     def restore(
@@ -154,6 +174,9 @@ class StreamMachine:
         if not self._leader:
             return []
         out: list[Output] = []
+        held = self._return
+        if held is not None and self._now - held.since_ms >= self.config.hold_ms:
+            out.extend(self._release(sorted(held.held)))
         attempt = self._pending
         if attempt is not None and self._now - attempt.started_ms >= self.config.timeout_ms:
             self._pending = None
@@ -248,7 +271,14 @@ class StreamMachine:
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
         self._follows_end = listing.follows_end
-        return out + self.positions_read(listing.positions, listing.last_seq)
+        if self._first_listing and self._leader:
+            self._first_listing = False
+            out += self._check_return(listing.sources)
+        out += self.positions_read(listing.positions, listing.last_seq)
+        if self._leader:
+            out += self._answer_catch_ups()
+            out += self._end_holds()
+        return out
 
     def marker_read(self, stored: StoredMarker, now_ms: int) -> list[Output]:
         """A message read from this region's read stream on the marker subjects (tail order),
@@ -340,6 +370,7 @@ class StreamMachine:
         self._counter = counter
         self._pending = None
         self._next_start_ms = self._now
+        self._first_listing = True
         self._want_read(ReadReason.LEADERSHIP)
         out: list[Output] = []
         for name, sub in self._subs.items():
@@ -349,8 +380,13 @@ class StreamMachine:
         return out
 
     def became_follower(self) -> list[Output]:
+        """A hold in progress is left to its deadline (`HoldConsumer.hold_ms`): the leader
+        after this one decides from its own first listing."""
         self._leader = False
         self._pending = None
+        self._first_listing = False
+        self._return = None
+        self._owed.clear()
         return []
 
     def marker_rejected(self, read_seq: int, rejected: Rejected) -> list[Output]:
@@ -424,10 +460,19 @@ class StreamMachine:
                 due = attempt.started_ms + self.config.timeout_ms
             elif self._should_start():
                 due = self._next_start_ms
+            held = self._return
+            if held is not None:
+                expiry = held.since_ms + self.config.hold_ms
+                due = expiry if due is None else min(due, expiry)
         wanted = self._read_wanted is not None or (self._leader and self._grew())
         if wanted and not self._read_out:
             due = self._now if due is None else min(due, self._now)
         return Needs(due, self._leader)
+
+    @property
+    def held(self) -> int:
+        """Durables the failback guard holds now (docs/protocol.md §7)."""
+        return len(self._return.held) if self._return is not None else 0
 
     @property
     def epoch(self) -> int:
@@ -542,6 +587,8 @@ class StreamMachine:
     def _should_start(self) -> bool:
         if not self._has_replicated():
             return False
+        if self._return is not None and self._return.waiting:
+            return True  # catch-up requests, until every region answered one
         data_high = self._data_high
         if self._last_seq > self._last_marker_seq:
             data_high = self._last_seq
@@ -550,11 +597,23 @@ class StreamMachine:
     def _start(self) -> list[Output]:
         self._counter += 1
         sid = SnapshotId(self._region, self._epoch, self._counter)
-        self._pending = _Attempt(sid, self._last_seq, self._now, 1, set(self._others))
+        held = self._return
+        catch_up = held is not None and bool(held.waiting)
+        if held is not None and catch_up:
+            held.ids.add(sid)
+        self._pending = _Attempt(
+            sid, self._last_seq, self._now, 1, set(self._others), catch_up=catch_up
+        )
         self._next_start_ms = self._now + self.config.interval_ms
-        return [SnapshotStarted(sid, self._now), self._publish(Request(sid, 1))]
+        return [SnapshotStarted(sid, self._now), self._publish(Request(sid, 1, catch_up))]
 
     def _on_response(self, responder: str, body: Response, read_seq: int) -> list[Output]:
+        held = self._return
+        if held is not None and body.id in held.ids and responder in held.waiting:
+            # Every update `responder` wrote before this answer has been read (origin order).
+            held.waiting.discard(responder)
+            if not held.waiting:
+                self._want_read(ReadReason.CATCH_UP)
         attempt = self._pending
         if attempt is None or body.id != attempt.id:
             return [MarkerIgnored(IgnoreReason.LATE_RESPONSE, responder, f"snapshot {body.id}")]
@@ -576,7 +635,7 @@ class StreamMachine:
         if attempt.round < self._rounds():
             attempt.round += 1
             attempt.waiting = set(self._others)
-            return [self._publish(Request(attempt.id, attempt.round))]
+            return [self._publish(Request(attempt.id, attempt.round, attempt.catch_up))]
         if attempt.own_seen_round < attempt.round:
             return []
         return self._complete(attempt)
@@ -606,7 +665,11 @@ class StreamMachine:
             if sent is None or snapshot.local_position > sent.local_position:
                 sub.cache.add(snapshot.local_position, snapshot)
 
-    def _maybe_send_update(self, name: str, sub: _Sub, out: list[Output]) -> None:
+    def _maybe_send_update(
+        self, name: str, sub: _Sub, out: list[Output], *, now: bool = False
+    ) -> None:
+        """Send an update when `sub` passed a newer snapshot, or its vector changed (at most
+        once per interval, unless `now`)."""
         if not self._leader or not sub.info.replicated or sub.mark_delete is None:
             return
         mark_delete, sent = sub.mark_delete, sub.last_sent
@@ -618,7 +681,7 @@ class StreamMachine:
         readable = self.config.progress and mark_delete >= self._index.trimmed_through
         progress = self._vector_at(mark_delete) if readable else {}
         # A changed vector goes out at most once per interval (a snapshot carries it at once).
-        due = sent is None or self._now - sub.sent_ms >= self.config.interval_ms
+        due = now or sent is None or self._now - sub.sent_ms >= self.config.interval_ms
         if snapshot is None and not (progress and progress != sent_progress and due):
             return
         sid: SnapshotId | None = None
@@ -661,8 +724,13 @@ class StreamMachine:
                 )
             ]
         self._answered[requester] = key
-        position = self._response_position(read_seq)
-        return [self._publish(Response(body.id, body.round, position))]
+        response = Response(body.id, body.round, self._response_position(read_seq))
+        if body.catch_up and self.config.progress:
+            # Answered after the next positions read, behind the progress read then.
+            self._owed.append(response)
+            self._want_read(ReadReason.CATCH_UP)
+            return []
+        return [self._publish(response)]
 
     def _on_update(self, origin: str, body: Update) -> list[Output]:
         name = body.subscription
@@ -746,6 +814,72 @@ class StreamMachine:
         if not isinstance(action, MoveConsumer):  # a cursor's write creates one deleted
             self._generation += 1
         self._asked(sub, action)
+
+    # ---- the failback guard (docs/protocol.md §7) ------------------------------------------
+
+    def _check_return(self, sources: Mapping[str, int | None]) -> list[Output]:
+        """A leader's first listing: this region returned when its read stream has not heard
+        from any other region since its server started (a region whose servers stayed up
+        while the others went away has heard from them before). Its replicated durables are
+        then held until every other region answered a catch-up request."""
+        returned = all(r in sources and sources[r] is None for r in self._others)
+        if not self.config.hold_ms or not self._others or not returned:
+            return []
+        held = sorted(
+            name
+            for name, sub in self._subs.items()
+            if sub.exists and sub.info.replicated and sub.info.kind is SubscriptionKind.DURABLE
+        )
+        if not held:
+            return []
+        self._return = _Return(self._now, set(self._others), set(held))
+        out: list[Output] = [HoldConsumer(name, self.config.hold_ms) for name in held]
+        out.append(FailbackHeld(tuple(held), tuple(sorted(self._others))))
+        attempt = self._pending
+        if attempt is not None:  # not a catch-up: one goes out at the next tick instead
+            self._pending = None
+            out.extend(self._timed_out(attempt))
+        self._next_start_ms = self._now
+        return out
+
+    def _answer_catch_ups(self) -> list[Output]:
+        """After a positions read: every subscription's progress as read now, then the
+        answers owed to returning regions (published in that order, so they read the progress
+        before the answer)."""
+        if not self._owed:
+            return []
+        out: list[Output] = []
+        for name, sub in self._subs.items():
+            self._maybe_send_update(name, sub, out, now=True)
+        out.extend(self._publish(response) for response in self._owed)
+        self._owed.clear()
+        return out
+
+    def _end_holds(self) -> list[Output]:
+        """After a positions read, once every region answered: release each held durable
+        with no move in flight (the read just asked for any its progress calls for)."""
+        held = self._return
+        if held is None or held.waiting:
+            return []
+        done = [
+            name
+            for name in sorted(held.held)
+            if (sub := self._subs.get(name)) is None or not sub.exists or not sub.moving
+        ]
+        return self._release(done)
+
+    def _release(self, names: list[str]) -> list[Output]:
+        held = self._return
+        assert held is not None
+        out: list[Output] = []
+        missing = tuple(sorted(held.waiting))
+        for name in names:
+            held.held.discard(name)
+            out.append(ReleaseConsumer(name))
+            out.append(FailbackReleased(name, self._now - held.since_ms, missing))
+        if not held.held:
+            self._return = None
+        return out
 
     # ---- helpers --------------------------------------------------------------------------
 

@@ -59,6 +59,9 @@ class SnapshotId:
 class Request:
     id: SnapshotId
     round: int
+    catch_up: bool = False
+    """From a returning region: answered only after the responder's positions were read and
+    its subscriptions' newest progress published (docs/protocol.md §7)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,7 @@ def encode(marker: Marker) -> bytes:
         request = msg.request
         _set_id(request.id, body.id)
         request.round = body.round
+        request.catch_up = body.catch_up
     elif isinstance(body, Response):
         response = msg.response
         _set_id(response.id, body.id)
@@ -272,6 +276,7 @@ def _validate(msg: pb.Marker, stream: str, regions: Collection[str]) -> Marker:
         body = Request(
             _snapshot_id("request.id", request, "id", regions, region),
             _round("request.round", request.round),
+            request.catch_up,
         )
     elif kind == "response":
         response = msg.response

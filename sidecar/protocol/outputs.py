@@ -60,6 +60,23 @@ class CreateCursor:
     ack_floor: int
 
 
+@dataclass(frozen=True, slots=True)
+class HoldConsumer:
+    """Pause a replicated durable (`CONSUMER.PAUSE`) for `hold_ms` at most: its region has
+    returned and does not know yet what the other regions consumed meanwhile (the failback
+    guard, docs/protocol.md §7). The deadline bounds the hold if no release ever comes."""
+
+    subscription: str
+    hold_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseConsumer:
+    """Resume a durable held by `HoldConsumer`."""
+
+    subscription: str
+
+
 # ---- reads: the runtime reads and reports back ---------------------------------------------
 
 
@@ -78,6 +95,9 @@ class ReadReason(enum.Enum):
     """A progress vector was accepted: it moves a subscription at the next read."""
     RETRY = "retry"
     """The last read failed."""
+    CATCH_UP = "catch_up"
+    """A returning region's catch-up: answering one (the progress it asks for is read
+    first), or every region answered (the holds end once the moves are done)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +192,29 @@ class LeadershipLost:
     newer_epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class FailbackHeld:
+    """This region returned: its replicated durables are held until every other region has
+    answered a catch-up request (`waiting`), or for `hold_ms` at most."""
+
+    subscriptions: tuple[str, ...]
+    waiting: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FailbackReleased:
+    """A held durable released after `held_ms`: every other region answered and the moves
+    their progress asked for are done, or the hold expired with `missing` not answered."""
+
+    subscription: str
+    held_ms: int
+    missing: tuple[str, ...]
+
+
 SubscriptionAction = MoveConsumer | MoveCursor | CreateConsumer | CreateCursor
 """The actions that move or create a subscription: the runtime reports each one's outcome
 (`StreamMachine.action_done` / `action_failed`)."""
-Action = PublishReplicated | PublishLocal | SubscriptionAction
+Action = PublishReplicated | PublishLocal | SubscriptionAction | HoldConsumer | ReleaseConsumer
 Event = (
     SnapshotStarted
     | SnapshotCompleted
@@ -186,5 +225,7 @@ Event = (
     | MarkerRead
     | MarkerRejected
     | LeadershipLost
+    | FailbackHeld
+    | FailbackReleased
 )
 Output = Action | ReadPositions | Event

@@ -23,11 +23,13 @@ from sidecar.protocol import (
     Action,
     CreateConsumer,
     CreateCursor,
+    HoldConsumer,
     Marker,
     MoveConsumer,
     MoveCursor,
     PublishLocal,
     PublishReplicated,
+    ReleaseConsumer,
     StreamMachine,
     encode,
     marker_msg_id,
@@ -38,6 +40,7 @@ from sidecar.runtime.positions import LocalSubscriptions
 log = structlog.get_logger(__name__)
 
 _FAILED = (TimeoutError, NatsError, OSError, RuntimeError)
+_PAUSE_S = 2.0  # `CONSUMER.PAUSE`'s request timeout
 
 
 class Effects:
@@ -118,6 +121,16 @@ class Effects:
                 # `advance` creates an absent cursor and never moves one backwards.
                 value = await self._handles.cursors().advance(vs.name, sub, ack_floor)
                 return self._subscriptions.cursor_stored(sub, value)
+            case HoldConsumer(subscription=sub, hold_ms=hold_ms):
+                # The failback guard (docs/protocol.md §7). The pause lapses by itself after
+                # `hold_ms`: a replica that dies holding it stops nothing for longer. A move
+                # meanwhile leaves it paused (`move_forward` resumes only its own pause).
+                await port.consumer_pause(read_stream, sub, hold_ms / 1000, timeout_s=_PAUSE_S)
+                log.info("durable_held", stream=vs.name, subscription=sub, hold_ms=hold_ms)
+                return None
+            case ReleaseConsumer(subscription=sub):
+                await port.consumer_pause(read_stream, sub, None, timeout_s=_PAUSE_S)
+                return None
             case _:
                 assert_never(action)
 

@@ -10,6 +10,7 @@ junk cannot flood the log; the counters count every occurrence.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, assert_never
 
@@ -19,6 +20,8 @@ from sidecar.api.metrics import SidecarMetrics
 from sidecar.naming import data_filter_of
 from sidecar.protocol import (
     Event,
+    FailbackHeld,
+    FailbackReleased,
     IgnoreReason,
     LeadershipLost,
     MarkerIgnored,
@@ -52,6 +55,7 @@ class StreamObserver:
         self._reported: set[str] = set()
         # The values last set, per subscription (`machine_stepped`).
         self._index_bytes = -1
+        self._held = 0
         self._gaps: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._exposures: dict[str, int] = {}
         self._last_marker_ms: dict[str, int] = {}
@@ -138,6 +142,23 @@ class StreamObserver:
                 log.debug(
                     "marker_ignored", stream=name, reason=event.reason.value, detail=event.detail
                 )
+            case FailbackHeld():
+                log.warning(
+                    "failback_held",
+                    stream=name,
+                    subscriptions=list(event.subscriptions),
+                    waiting=list(event.waiting),
+                )
+            case FailbackReleased():
+                metrics.failback_released(name, event.held_ms / 1000, bool(event.missing))
+                log.log(
+                    logging.WARNING if event.missing else logging.INFO,
+                    "failback_released",
+                    stream=name,
+                    subscription=event.subscription,
+                    held_ms=event.held_ms,
+                    missing=list(event.missing),
+                )
             case LeadershipLost():
                 log.warning(
                     "leadership_lost", stream=name, epoch=event.epoch, newer=event.newer_epoch
@@ -165,6 +186,9 @@ class StreamObserver:
         values that changed are set (at a thousand loaded streams this method, building every
         subscription's full view and setting every series, was 10.5 % of py-spy's samples)."""
         metrics, name = self._metrics, self._name
+        if machine.held != self._held:
+            self._held = machine.held
+            metrics.set_failback_held(name, self._held)
         index_bytes = machine.origin_index_runs * _INDEX_RUN_BYTES
         if index_bytes != self._index_bytes:
             self._index_bytes = index_bytes

@@ -73,8 +73,13 @@ class LocalSubscriptions:
             c.replicated and c.mark_delete >= read.last_seq for c in read.consumers
         )
         positions = {**cursors, **{c.name: c.mark_delete for c in read.consumers if c.replicated}}
+        sources = {
+            region: heard
+            for stream, heard in read.sources.items()
+            if (region := self._vs.region_of_write_stream(stream)) is not None
+        }
         self._last = PositionsListing(
-            generation, self.infos(), positions, read.last_seq, follows_end
+            generation, self.infos(), positions, read.last_seq, follows_end, sources
         )
         return self._last
 
@@ -83,7 +88,7 @@ class LocalSubscriptions:
         `cursor_stored`): as old as that read, whatever the positions."""
         last = self._last
         return PositionsListing(
-            last.generation, self.infos(), positions, last.last_seq, last.follows_end
+            last.generation, self.infos(), positions, last.last_seq, last.follows_end, last.sources
         )
 
     def cursor_stored(self, subscription: str, value: int) -> int:

@@ -59,6 +59,7 @@ def machine_config(config: Config, vs: VirtualStream) -> MachineConfig:
         timeout_ms=int(config.snapshot.timeout_s * 1000),
         cache_size=config.snapshot.cache_size,
         progress=config.progress.enabled,
+        hold_ms=int(config.failback.hold_s * 1000),
     )
 
 

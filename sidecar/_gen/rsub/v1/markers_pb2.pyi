@@ -27,12 +27,14 @@ class SnapshotId(_message.Message):
     def __init__(self, region: _Optional[str] = ..., epoch: _Optional[int] = ..., counter: _Optional[int] = ...) -> None: ...
 
 class SnapshotRequest(_message.Message):
-    __slots__ = ("id", "round")
+    __slots__ = ("id", "round", "catch_up")
     ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_FIELD_NUMBER: _ClassVar[int]
     id: SnapshotId
     round: int
-    def __init__(self, id: _Optional[_Union[SnapshotId, _Mapping]] = ..., round: _Optional[int] = ...) -> None: ...
+    catch_up: bool
+    def __init__(self, id: _Optional[_Union[SnapshotId, _Mapping]] = ..., round: _Optional[int] = ..., catch_up: _Optional[bool] = ...) -> None: ...
 
 class SnapshotResponse(_message.Message):
     __slots__ = ("id", "round", "position")

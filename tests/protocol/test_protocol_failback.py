@@ -1,0 +1,237 @@
+"""The failback guard (docs/protocol.md §7): a region that returns holds its replicated
+durables until every other region has answered a catch-up request, which each answers only
+after publishing the progress it read after seeing the request; or until the hold expires."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from sidecar.protocol import (
+    FailbackHeld,
+    FailbackReleased,
+    HoldConsumer,
+    MachineConfig,
+    Marker,
+    MoveConsumer,
+    Output,
+    PositionsListing,
+    PublishReplicated,
+    ReadPositions,
+    ReadReason,
+    ReleaseConsumer,
+    Request,
+    Response,
+    StreamMachine,
+    SubscriptionInfo,
+    SubscriptionKind,
+    Update,
+)
+from sidecar.protocol.origins import DataEntry
+
+STREAM = "V"
+HOLD_MS = 60_000
+DURABLE = {"d": SubscriptionInfo(config=b"cfg-d")}
+SILENT: Mapping[str, int | None] = {"b": None, "c": None}
+
+
+def machine(
+    region: str, regions: tuple[str, ...] = ("a", "b"), timeout_ms: int = 30_000
+) -> StreamMachine:
+    config = MachineConfig(
+        region, STREAM, regions, interval_ms=1_000, timeout_ms=timeout_ms, hold_ms=HOLD_MS
+    )
+    m = StreamMachine(config)
+    m.tick(1_000)
+    # Ten data messages of `b` at read sequences 1-10 in every region's read stream.
+    m.data_indexed([DataEntry(seq, "b", seq) for seq in range(1, 11)])
+    return m
+
+
+def listing(
+    m: StreamMachine,
+    position: int,
+    sources: Mapping[str, int | None],
+    subs: Mapping[str, SubscriptionInfo] = DURABLE,
+) -> PositionsListing:
+    return PositionsListing(
+        m.generation, subs, {n: position for n in subs}, 12, follows_end=False, sources=sources
+    )
+
+
+def lead(
+    m: StreamMachine,
+    position: int,
+    sources: Mapping[str, int | None],
+    now: int = 1_000,
+    subs: Mapping[str, SubscriptionInfo] = DURABLE,
+) -> list[Output]:
+    """Leadership, and the first listing a leader reads."""
+    m.became_leader(1)
+    assert reads(m.interval(now, 12)) == [ReadReason.LEADERSHIP]
+    return m.read_done(listing(m, position, sources, subs))
+
+
+def reads(outputs: Sequence[Output]) -> list[ReadReason]:
+    return [o.reason for o in outputs if isinstance(o, ReadPositions)]
+
+
+def published(outputs: Sequence[Output]) -> list[Marker]:
+    return [o.marker for o in outputs if isinstance(o, PublishReplicated)]
+
+
+def catch_up_request(outputs: Sequence[Output]) -> Marker:
+    (marker,) = published(outputs)
+    assert isinstance(marker.body, Request) and marker.body.catch_up
+    return marker
+
+
+def test_a_region_that_heard_from_no_other_since_its_server_started_holds_its_durables() -> None:
+    a = machine("a")
+    out = lead(a, 0, {"a": 5, "b": None})
+    assert HoldConsumer("d", HOLD_MS) in out
+    assert FailbackHeld(("d",), ("b",)) in out
+    assert a.held == 1
+    # The next interval asks every other region to catch up (there is no new data).
+    catch_up_request(a.interval(1_100, 12))
+
+
+@pytest.mark.parametrize(
+    ("sources", "why"),
+    [
+        ({"b": 40_000}, "heard from b before (b went away while a stayed up)"),
+        ({"b": 300}, "a healthy region (a sidecar restarting in it)"),
+        ({}, "the sources are not known"),
+        ({"a": None}, "b's source is not known"),
+    ],
+)
+def test_no_hold_unless_the_region_returned(sources: Mapping[str, int | None], why: str) -> None:
+    a = machine("a")
+    out = lead(a, 0, sources)
+    assert not [o for o in out if isinstance(o, HoldConsumer)], why
+    assert a.held == 0
+
+
+def test_only_replicated_durables_are_held_and_a_zero_hold_turns_the_guard_off() -> None:
+    subs = {
+        "d": SubscriptionInfo(config=b"cfg"),
+        "local": SubscriptionInfo(replicated=False),
+        "cursor": SubscriptionInfo(SubscriptionKind.EXTERNAL),
+    }
+    out = lead(machine("a"), 0, SILENT, subs=subs)
+    assert [o for o in out if isinstance(o, HoldConsumer)] == [HoldConsumer("d", HOLD_MS)]
+    off = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), hold_ms=0))
+    assert not [o for o in lead(off, 0, SILENT) if isinstance(o, HoldConsumer)]
+
+
+def test_an_answer_to_a_catch_up_request_follows_the_progress_read_after_it() -> None:
+    b = machine("b")
+    lead(b, 10, {"a": 100})  # its vector {b: 10} goes out now ...
+    a = machine("a")
+    lead(a, 0, SILENT)
+    request = catch_up_request(a.interval(1_600, 12))
+    # ... and its next one would wait an interval; a catch-up request does not.
+    assert b.marker_seen(13, request) == []  # answered only after a positions read
+    assert reads(b.interval(1_700, 13)) == [ReadReason.CATCH_UP]
+    # b's durable consumed two more meanwhile.
+    b.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 13)])
+    markers = published(b.read_done(listing(b, 12, {"a": 100})))
+    assert [type(m.body) for m in markers] == [Update, Response]
+    update, response = markers[0].body, markers[1].body
+    assert isinstance(update, Update) and update.progress == {"b": 12}
+    assert isinstance(response, Response) and response.position == 13
+
+
+def test_the_hold_ends_once_every_region_answered_and_the_move_it_asked_for_is_done() -> None:
+    b = machine("b")
+    (update,) = published(lead(b, 10, {"a": 100}))  # b's progress, sent before the request
+    a = machine("a")
+    lead(a, 0, SILENT)
+    request = catch_up_request(a.interval(1_600, 12))
+    b.marker_seen(13, request)
+    b.interval(1_700, 13)
+    (response,) = published(b.read_done(listing(b, 10, {"a": 100})))
+    a.marker_seen(14, update)
+    out = a.marker_seen(15, response)
+    assert not [o for o in out if isinstance(o, ReleaseConsumer)]
+    assert reads(a.interval(1_800, 15)) == [ReadReason.VECTOR]  # first asked, one read
+    # The read finds the durable behind what b consumed: moved first, still held.
+    out = a.read_done(listing(a, 0, {"b": 50}))
+    assert MoveConsumer("d", 10) in out
+    assert not [o for o in out if isinstance(o, ReleaseConsumer)] and a.held == 1
+    a.action_done(MoveConsumer("d", 10), 10)
+    assert reads(a.interval(1_900, 15)) == [ReadReason.OUTCOME]
+    out = a.read_done(listing(a, 10, {"b": 50}))
+    assert ReleaseConsumer("d") in out
+    assert FailbackReleased("d", 900, ()) in out
+    assert a.held == 0
+
+
+def test_with_three_regions_every_other_region_must_answer() -> None:
+    regions = ("a", "b", "c")
+    a = machine("a", regions)
+    lead(a, 10, SILENT)
+    request = catch_up_request(a.interval(1_100, 12))
+    answers = {}
+    for name in ("b", "c"):
+        other = machine(name, regions)
+        lead(other, 10, {"a": 100})
+        other.marker_seen(13, request)
+        other.interval(1_200, 13)
+        answers[name] = published(other.read_done(listing(other, 10, {"a": 100})))
+    for seq, marker in enumerate(answers["b"], start=14):
+        a.marker_seen(seq, marker)
+    a.interval(1_300, 16)
+    out = a.read_done(listing(a, 10, {"b": 50}))
+    assert not [o for o in out if isinstance(o, ReleaseConsumer)], "c has not answered"
+    for seq, marker in enumerate(answers["c"], start=16):
+        a.marker_seen(seq, marker)
+    assert reads(a.interval(1_400, 18)) == [ReadReason.CATCH_UP]
+    assert ReleaseConsumer("d") in a.read_done(listing(a, 10, {"b": 50, "c": 50}))
+
+
+def test_a_late_answer_to_a_timed_out_catch_up_request_still_counts() -> None:
+    b = machine("b")
+    lead(b, 10, {"a": 100})
+    a = machine("a", timeout_ms=5_000)
+    lead(a, 10, SILENT)
+    first = catch_up_request(a.interval(1_100, 12))
+    # Sourcing has not resumed: the attempt times out, another catch-up request goes out.
+    again = a.interval(6_200, 12)
+    assert catch_up_request(again).body != first.body
+    b.marker_seen(13, first)
+    b.interval(6_300, 13)
+    for seq, marker in enumerate(published(b.read_done(listing(b, 10, {"a": 100}))), start=14):
+        a.marker_seen(seq, marker)
+    a.interval(6_400, 16)
+    assert ReleaseConsumer("d") in a.read_done(listing(a, 10, {"b": 50}))
+
+
+def test_the_hold_expires_when_a_region_never_answers() -> None:
+    a = machine("a", timeout_ms=2 * HOLD_MS)
+    lead(a, 10, SILENT, now=1_000)
+    catch_up_request(a.interval(1_100, 12))
+    assert a.needs().deadline_ms == 1_000 + HOLD_MS
+    out = a.tick(1_000 + HOLD_MS)
+    assert ReleaseConsumer("d") in out
+    assert FailbackReleased("d", HOLD_MS, ("b",)) in out
+    assert a.held == 0
+
+
+def test_a_leader_that_steps_down_leaves_the_hold_to_its_deadline_and_its_successor() -> None:
+    a = machine("a")
+    lead(a, 10, SILENT)
+    a.became_follower()
+    assert a.held == 0 and a.tick(1_000 + HOLD_MS) == []
+    # Its successor decides from its own first listing: still silent, it holds again.
+    assert HoldConsumer("d", HOLD_MS) in lead(a, 10, SILENT, now=2_000)
+
+
+def test_only_a_leaders_first_listing_decides() -> None:
+    a = machine("a")
+    lead(a, 10, {"b": 300})
+    a.interval(1_100, 12, moved=True)
+    # b goes away later: its source is silent from now on, but a has heard from it.
+    out = a.read_done(listing(a, 10, SILENT))
+    assert not [o for o in out if isinstance(o, HoldConsumer)]
