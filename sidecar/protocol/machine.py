@@ -104,7 +104,7 @@ class _Sub:
     # the others' from their updates), and whether this region's next update says so.
     consumed_ms: dict[str, int] = field(default_factory=dict)
     consumed_unsent: bool = False
-    moved_to: int = 0  # the furthest a move or creation of this machine's left it
+    moved_to: int = 0  # the furthest a move or creation this machine asked for may leave it
 
 
 class StreamMachine:
@@ -273,12 +273,14 @@ class StreamMachine:
         the read began before a creation asked for since: it would take the one created for
         deleted and forget what it holds for it, updates received and sent; the next read has
         it), then the positions."""
-        # Before anything below asks for a move: a move in flight now may show in the read.
-        for name, position in listing.positions.items():
-            sub = self._subs.get(name)
-            if sub is not None and sub.exists and self._consumed_here(sub, position):
-                self._consumed(sub, self._region)
-                sub.consumed_unsent = True
+        # Before anything below asks for a move. A leader's first read is its baseline: the
+        # moves of the leader before it look like consumption from a follower's reads.
+        if self._leader and not self._first_listing:
+            for name, position in listing.positions.items():
+                sub = self._subs.get(name)
+                if sub is not None and sub.exists and self._consumed_here(sub, position):
+                    self._consumed(sub, self._region)
+                    sub.consumed_unsent = True
         out: list[Output] = []
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
@@ -316,7 +318,6 @@ class StreamMachine:
             return []
         sub.moving = False
         sub.exists = True
-        sub.moved_to = max(sub.moved_to, mark_delete)
         if sub.mark_delete is None or mark_delete > sub.mark_delete:
             sub.mark_delete = mark_delete
         if sub.target is not None and sub.target <= action.ack_floor:
@@ -837,6 +838,8 @@ class StreamMachine:
         out.append(action)
         if not isinstance(action, MoveConsumer):  # a cursor's write creates one deleted
             self._generation += 1
+        # Asked, it may land whatever the machine hears of it (a reply lost, a timeout).
+        sub.moved_to = max(sub.moved_to, target)
         self._asked(sub, action)
 
     # ---- the failback guard (docs/protocol.md §7) ------------------------------------------
@@ -909,19 +912,14 @@ class StreamMachine:
 
     def _consumed_here(self, sub: _Sub, position: int) -> bool:
         """Whether a read finding `sub` at `position` shows its own consumers passed data:
-        it stands beyond where the last read and every move of this machine's left it, over
-        at least one data message (markers and removed messages alone do not count: an idle
-        durable follows the stream's end over markers). Not while a move is in flight: the
-        read may show the move."""
+        it stands beyond where the last read left it and where any move or creation this
+        machine asked for may have (done, failed with its reply lost, or in flight), over at
+        least one data message (markers and removed messages alone do not count: an idle
+        durable follows the stream's end over markers)."""
         if sub.mark_delete is None:
             return False
         before = max(sub.mark_delete, sub.moved_to)
-        if (
-            position <= before
-            or sub.moving
-            or not sub.info.replicated
-            or before < self._index.trimmed_through
-        ):
+        if position <= before or not sub.info.replicated or before < self._index.trimmed_through:
             return False
         return self._index.vector_at(position) != self._index.vector_at(before)
 

@@ -138,3 +138,18 @@ def test_the_flag_travels_on_the_wire() -> None:
         marker = Marker("a", STREAM, 1, body)
         decoded = decode(encode(marker), stream=STREAM, regions=regions)
         assert isinstance(decoded, Marker) and decoded.body == body
+
+
+def test_a_new_leaders_first_read_is_its_baseline_and_followers_tell_nothing() -> None:
+    """The moves of the leader before it look like consumption from a follower's reads."""
+    m = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS))
+    m.tick(1_000)
+    m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
+    read(m, 0, 1_000)
+    read(m, 6, 2_000)  # a follower: another replica leads and moves it
+    assert consumed_in(m) == ()
+    m.became_leader(1)
+    read(m, 8, 3_000)  # the leader's first read
+    assert consumed_in(m) == ()
+    read(m, 9, 4_000)
+    assert consumed_in(m) == ("a",)
