@@ -71,6 +71,7 @@ def subscription_to_proto(
         progress_sent=dict(view.progress_sent),
         progress_sent_position=view.progress_sent_position,
         receives_markers=view.receives_markers,
+        consumed_in=list(view.consumed_in),
     )
 
 
@@ -100,6 +101,7 @@ def subscription_from_proto(msg: _SubscriptionMessage) -> SubscriptionView:
         progress_sent=dict(sorted(msg.progress_sent.items())),
         progress_sent_position=msg.progress_sent_position,
         receives_markers=msg.receives_markers,
+        consumed_in=tuple(msg.consumed_in),
     )
 
 

@@ -167,6 +167,14 @@ class SidecarMetrics:
             registry=r,
         )
         self._exposure_series: set[tuple[str, str]] = set()
+        self._consumed_in = Gauge(
+            "rsub_subscription_consumed_in_regions",
+            "Regions whose consumers passed a replicated subscription's data in the last ten "
+            "snapshot intervals, as this region knows them: above 1, it is consumed in two "
+            "regions at once and each delivers every message (absent when 0).",
+            ["stream", "subscription"],
+            registry=r,
+        )
         self._origin_index_bytes = Gauge(
             "rsub_origin_index_bytes",
             "Memory held by the origin index of the stream's read stream (24 bytes per run).",
@@ -328,6 +336,13 @@ class SidecarMetrics:
         elif labels in self._exposure_series:
             self._failover_exposure.remove(*labels)
             self._exposure_series.discard(labels)
+
+    def set_consumed_in(self, stream: str, subscription: str, regions: int) -> None:
+        """0 (no region consumes it now, or it is gone) removes the series."""
+        if regions:
+            self._consumed_in.labels(stream, subscription).set(regions)
+        else:
+            self._consumed_in.remove(stream, subscription)
 
     def set_origin_index_bytes(self, stream: str, size: int) -> None:
         self._origin_index_bytes.labels(stream).set(size)

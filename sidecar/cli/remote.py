@@ -379,8 +379,14 @@ def _subscriptions_text(stream: str, views: Sequence[SubscriptionView]) -> str:
 
 
 def _subscriptions_table(views: Sequence[SubscriptionView]) -> str:
-    """The table, then a warning line per durable that receives the markers."""
+    """The table, then a warning line per durable that receives the markers, and per
+    subscription consumed in two regions at once."""
     warnings = [
+        f"warning: {v.subscription!r} is consumed in {len(v.consumed_in)} regions at once "
+        f"({', '.join(v.consumed_in)}): each delivers every message (docs/protocol.md §8)"
+        for v in views
+        if len(v.consumed_in) > 1
+    ] + [
         f"warning: durable {v.subscription!r} receives the markers of stream {v.stream!r}: its "
         f"filter lets them through; filter it on {data_filter_of(v.stream)!r} "
         "(docs/topology.md)"

@@ -25,6 +25,12 @@ class MachineConfig:
     """The failback guard (docs/protocol.md §7): how long a returning region holds its
     replicated durables at most while waiting for the other regions' progress (0: no guard)."""
 
+    @property
+    def active_window_ms(self) -> int:
+        """How long a region counts as consuming a subscription after its consumers last
+        passed its data (docs/protocol.md §8): ten intervals, time for several updates."""
+        return 10 * self.interval_ms
+
     def __post_init__(self) -> None:
         if self.region not in self.regions:
             raise ValueError(f"region {self.region!r} is not in regions {self.regions}")

@@ -100,6 +100,11 @@ class _Sub:
     target: int | None = None  # position an applied update asks for, not yet carried out
     progress: dict[str, int] = field(default_factory=dict)  # merged vectors received
     exposure: int | None = None
+    # When each region's consumers last passed its data (this one's from positions reads,
+    # the others' from their updates), and whether this region's next update says so.
+    consumed_ms: dict[str, int] = field(default_factory=dict)
+    consumed_unsent: bool = False
+    moved_to: int = 0  # the furthest a move or creation this machine asked for may leave it
 
 
 class StreamMachine:
@@ -141,6 +146,7 @@ class StreamMachine:
         self._first_listing = False
         self._return: _Return | None = None
         self._owed: list[Response] = []
+        self._active_until = 0  # when the last region counting as consuming stops counting
 
     @classmethod
     def restore(
@@ -267,6 +273,14 @@ class StreamMachine:
         the read began before a creation asked for since: it would take the one created for
         deleted and forget what it holds for it, updates received and sent; the next read has
         it), then the positions."""
+        # Before anything below asks for a move. A leader's first read is its baseline: the
+        # moves of the leader before it look like consumption from a follower's reads.
+        if self._leader and not self._first_listing:
+            for name, position in listing.positions.items():
+                sub = self._subs.get(name)
+                if sub is not None and sub.exists and self._consumed_here(sub, position):
+                    self._consumed(sub, self._region)
+                    sub.consumed_unsent = True
         out: list[Output] = []
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
@@ -464,6 +478,9 @@ class StreamMachine:
             if held is not None:
                 expiry = held.since_ms + self.config.hold_ms
                 due = expiry if due is None else min(due, expiry)
+        active = self._next_expiry()
+        if active is not None:
+            due = active if due is None else min(due, active)
         wanted = self._read_wanted is not None or (self._leader and self._grew())
         if wanted and not self._read_out:
             due = self._now if due is None else min(due, self._now)
@@ -523,6 +540,7 @@ class StreamMachine:
             len(sub.cache),
             dict(sub.progress),
             sub.exposure,
+            self._consumed_in(sub),
         )
 
     def subscriptions(self) -> list[MachineSubscription]:
@@ -535,9 +553,11 @@ class StreamMachine:
             sent = sub.last_sent
             if sub.info.replicated and sent is not None and sub.mark_delete is not None:
                 gap = max(0, sub.mark_delete - sent.local_position)
-                yield SubscriptionGauges(name, sub.exposure, gap, tuple(sent.positions))
+                yield SubscriptionGauges(
+                    name, sub.exposure, gap, tuple(sent.positions), len(self._consumed_in(sub))
+                )
             else:
-                yield SubscriptionGauges(name, sub.exposure, None, ())
+                yield SubscriptionGauges(name, sub.exposure, None, (), len(self._consumed_in(sub)))
 
     # ---- overridable steps (the simulator's broken variants replace these) -----------------
 
@@ -693,7 +713,10 @@ class StreamMachine:
         at = mark_delete
         if not progress:
             progress, at = dict(sent_progress), sent.progress_position if sent is not None else 0
-        update = Update(name, sub.info.kind, sid, local, positions, sub.info.config, progress, at)
+        consuming, sub.consumed_unsent = sub.consumed_unsent, False
+        update = Update(
+            name, sub.info.kind, sid, local, positions, sub.info.config, progress, at, consuming
+        )
         sub.last_sent, sub.sent_ms = update, self._now
         out.append(self._publish(update))
         out.append(UpdateSent(name, sid, positions, progress))
@@ -737,6 +760,8 @@ class StreamMachine:
         sub = self._subs.get(name)
         if sub is not None and not sub.info.replicated:
             return [MarkerIgnored(IgnoreReason.NOT_REPLICATED, origin, f"update of {name}")]
+        if body.consuming and sub is not None:
+            self._consumed(sub, origin)
         sid = body.snapshot_id
         position = body.positions.get(self._region) if sid is not None else None
         applied = self._applied.setdefault(name, {})
@@ -813,6 +838,8 @@ class StreamMachine:
         out.append(action)
         if not isinstance(action, MoveConsumer):  # a cursor's write creates one deleted
             self._generation += 1
+        # Asked, it may land whatever the machine hears of it (a reply lost, a timeout).
+        sub.moved_to = max(sub.moved_to, target)
         self._asked(sub, action)
 
     # ---- the failback guard (docs/protocol.md §7) ------------------------------------------
@@ -880,6 +907,46 @@ class StreamMachine:
         if not held.held:
             self._return = None
         return out
+
+    # ---- consumption in two regions (docs/protocol.md §8) -----------------------------------
+
+    def _consumed_here(self, sub: _Sub, position: int) -> bool:
+        """Whether a read finding `sub` at `position` shows its own consumers passed data:
+        it stands beyond where the last read left it and where any move or creation this
+        machine asked for may have (done, failed with its reply lost, or in flight), over at
+        least one data message (markers and removed messages alone do not count: an idle
+        durable follows the stream's end over markers)."""
+        if sub.mark_delete is None:
+            return False
+        before = max(sub.mark_delete, sub.moved_to)
+        if position <= before or not sub.info.replicated or before < self._index.trimmed_through:
+            return False
+        return self._index.vector_at(position) != self._index.vector_at(before)
+
+    def _consumed(self, sub: _Sub, region: str) -> None:
+        sub.consumed_ms[region] = self._now
+        self._active_until = self._now + self.config.active_window_ms
+
+    def _next_expiry(self) -> int | None:
+        """When the next region stops counting as consuming a subscription (the gauges
+        change then), or None."""
+        if self._active_until <= self._now:
+            return None
+        window = self.config.active_window_ms
+        return min(
+            (
+                ms + window
+                for sub in self._subs.values()
+                for ms in sub.consumed_ms.values()
+                if ms + window > self._now
+            ),
+            default=None,
+        )
+
+    def _consumed_in(self, sub: _Sub) -> tuple[str, ...]:
+        """The regions whose consumers passed `sub`'s data within the activity window."""
+        since = self._now - self.config.active_window_ms
+        return tuple(sorted(r for r, ms in sub.consumed_ms.items() if ms > since))
 
     # ---- helpers --------------------------------------------------------------------------
 

@@ -98,6 +98,9 @@ class Update:
     config: bytes
     progress: Mapping[str, int] = field(default_factory=dict)
     progress_position: int = 0
+    consuming: bool = False
+    """The writer's own consumers passed data of the subscription since its previous
+    update (docs/protocol.md §8)."""
 
 
 Body = Request | Response | Snapshot | Update
@@ -170,6 +173,7 @@ def encode(marker: Marker) -> bytes:
         update.config = body.config
         _set_map(update.progress, body.progress)
         update.progress_position = body.progress_position
+        update.consuming = body.consuming
     return msg.SerializeToString()
 
 
@@ -347,6 +351,7 @@ def _update(u: pb.SubscriptionUpdate, regions: Collection[str], writer: str) -> 
         u.config,
         progress,
         progress_position,
+        u.consuming,
     )
 
 

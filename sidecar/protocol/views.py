@@ -48,6 +48,10 @@ class MachineSubscription:
     exposure: int | None
     """Data messages above `mark_delete` covered by `progress`: what a native consumer here
     would receive again if the region it is consumed in were lost now (None: no vector)."""
+    consumed_in: tuple[str, ...] = ()
+    """The regions whose consumers passed its data within the activity window (this one
+    from its positions reads, the others from their updates): two or more is a subscription
+    consumed in two regions at once (docs/protocol.md §8)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,8 @@ class SubscriptionGauges:
     a failover replays by snapshots alone); None unless replicated with an update sent."""
     regions: tuple[str, ...]
     """The regions that update went to (empty when `replay_gap` is None)."""
+    consumed_in: int = 0
+    """As `len(MachineSubscription.consumed_in)`."""
 
 
 @dataclass(frozen=True, slots=True)

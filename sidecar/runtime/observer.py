@@ -58,6 +58,7 @@ class StreamObserver:
         self._held = 0
         self._gaps: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._exposures: dict[str, int] = {}
+        self._consumed_in: dict[str, int] = {}  # nonzero only
         self._last_marker_ms: dict[str, int] = {}
         self._receiving_markers: frozenset[str] | None = None  # None: no positions read yet
 
@@ -181,7 +182,8 @@ class StreamObserver:
 
     def machine_stepped(self, machine: StreamMachine) -> None:
         """Replay-gap gauges of the replicated subscriptions that sent an update, exposure
-        gauges of those that received progress, the origin index's size; the series of a
+        gauges of those that received progress, the regions consuming each, the durables
+        the failback guard holds, the origin index's size; the series of a
         subscription that no longer qualifies are dropped, not left at a stale value. Only
         values that changed are set (at a thousand loaded streams this method, building every
         subscription's full view and setting every series, was 10.5 % of py-spy's samples)."""
@@ -195,7 +197,10 @@ class StreamObserver:
             metrics.set_origin_index_bytes(name, index_bytes)
         gaps: dict[str, tuple[int, tuple[str, ...]]] = {}
         exposures: dict[str, int] = {}
+        consumed_in: dict[str, int] = {}
         for sub in machine.gauges():
+            if sub.consumed_in:
+                consumed_in[sub.name] = sub.consumed_in
             if sub.exposure is not None:
                 exposures[sub.name] = sub.exposure
             if sub.replay_gap is not None:
@@ -211,7 +216,12 @@ class StreamObserver:
                     metrics.set_replay_gap(name, sub_name, region, gap)
         for gone in self._gaps.keys() - gaps.keys():
             metrics.forget_subscription(name, gone)
-        self._gaps, self._exposures = gaps, exposures
+        for sub_name, count in consumed_in.items():
+            if self._consumed_in.get(sub_name) != count:
+                metrics.set_consumed_in(name, sub_name, count)
+        for gone in self._consumed_in.keys() - consumed_in.keys():
+            metrics.set_consumed_in(name, gone, 0)
+        self._gaps, self._exposures, self._consumed_in = gaps, exposures, consumed_in
 
     def _report_once(self, key: str, event: str, **fields: Any) -> None:
         if key in self._reported:

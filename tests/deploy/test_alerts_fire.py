@@ -5,7 +5,8 @@ scrapes, tests/support/promtool_alerts.py), `for:` included.
 Two scenarios on real super-clusters, each recording every sidecar's /metrics from a healthy
 stretch (steady traffic, cursor commits) through its faults:
 
-- links (three regions): a slow link between west and east (slow snapshots; a message of
+- links (three regions): the durable consumed in west and east at once (consumed in two
+  regions), a slow link between west and east (slow snapshots; a message of
   east before a burst of west in east's read stream, after it in west's, and west consuming
   the burst only: an exposure in east), a read stream
   sourcing a stream of no region (data of unknown origin), then central cut off (an origin
@@ -208,11 +209,13 @@ def producing(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextMa
     return running_task(produce)
 
 
-def consuming(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextManager[None]:
-    """A steady consumer of the durable in west; each fetch is acked in full."""
+def consuming(
+    js: JetStreamContext, vs: VirtualStream, region: str = "west"
+) -> AbstractAsyncContextManager[None]:
+    """A steady consumer of the durable in `region`; each fetch is acked in full."""
 
     async def consume_steadily(stop: asyncio.Event) -> None:
-        sub = await js.pull_subscribe_bind(DURABLE, stream=vs.read_stream("west"))
+        sub = await js.pull_subscribe_bind(DURABLE, stream=vs.read_stream(region))
         try:
             while not stop.is_set():
                 with contextlib.suppress(*NOTHING_YET):
@@ -246,6 +249,24 @@ async def test_alerts_of_slow_and_cut_links(
         async with recorder.recording(), producing(js["west"], vs):
             async with consuming(js["west"], vs):
                 healthy = await recorder.wait_scrapes(HEALTHY_SCRAPES)
+                # The application started in east as well: the durable consumed in two
+                # regions at once, for longer than the alert's `for:` (4 scrapes).
+                async with consuming(js["east"], vs, "east"):
+                    await until(
+                        recorder,
+                        "the durable consumed in two regions",
+                        lambda: all(
+                            above(
+                                recorder,
+                                "rsub_subscription_consumed_in_regions",
+                                1,
+                                job=f"rsub-{region}",
+                                subscription=DURABLE,
+                            )
+                            for region in ("west", "east")
+                        ),
+                    )
+                    two = await recorder.wait_scrapes(6)
 
             # Slow link between west and east: each snapshot waits for delayed trips.
             await cluster.set_link_delay("west", "east", 0.6)
@@ -314,6 +335,17 @@ async def test_alerts_of_slow_and_cut_links(
         recorder,
         [
             Expect(healthy),  # no alert at all, not even pending
+            *(
+                Expect(two, "RsubConsumedInTwoRegions", {**labels, "subscription": DURABLE})
+                for labels in (west, {"job": "rsub-east", "stream": STREAM})
+            ),
+            # East stopped: it no longer counts ten intervals after its last ack.
+            Expect(
+                slow,
+                "RsubConsumedInTwoRegions",
+                {**west, "subscription": DURABLE},
+                fires=False,
+            ),
             Expect(slow, "RsubSnapshotsSlow", west),
             Expect(
                 exposed,

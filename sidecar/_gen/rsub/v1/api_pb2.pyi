@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubscriptionState(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class SubscriptionState(_message.Message):
     PROGRESS_SENT_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
     RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_IN_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -54,7 +55,8 @@ class SubscriptionState(_message.Message):
     progress_sent: _containers.ScalarMap[str, int]
     progress_sent_position: int
     receives_markers: bool
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ...) -> None: ...
+    consumed_in: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AppliedUpdate(_message.Message):
     __slots__ = ("from_region", "snapshot_id", "position", "applied_unix_ms")
@@ -100,7 +102,7 @@ class GetSubscriptionRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class GetSubscriptionResponse(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +133,7 @@ class GetSubscriptionResponse(_message.Message):
     PROGRESS_SENT_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
     RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_IN_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -147,7 +150,8 @@ class GetSubscriptionResponse(_message.Message):
     progress_sent: _containers.ScalarMap[str, int]
     progress_sent_position: int
     receives_markers: bool
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ...) -> None: ...
+    consumed_in: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
     __slots__ = ("stream",)
@@ -182,7 +186,7 @@ class WatchSubscriptionRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class WatchSubscriptionResponse(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +217,7 @@ class WatchSubscriptionResponse(_message.Message):
     PROGRESS_SENT_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
     RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_IN_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -229,7 +234,8 @@ class WatchSubscriptionResponse(_message.Message):
     progress_sent: _containers.ScalarMap[str, int]
     progress_sent_position: int
     receives_markers: bool
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ...) -> None: ...
+    consumed_in: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CommitCursorRequest(_message.Message):
     __slots__ = ("stream", "subscription", "sequence")

@@ -68,7 +68,7 @@ class CompletedSnapshot(_message.Message):
     def __init__(self, id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., started_unix_ms: _Optional[int] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...
 
 class SubscriptionUpdate(_message.Message):
-    __slots__ = ("subscription", "kind", "snapshot_id", "local_position", "positions", "config", "progress", "progress_position")
+    __slots__ = ("subscription", "kind", "snapshot_id", "local_position", "positions", "config", "progress", "progress_position", "consuming")
     class PositionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,7 @@ class SubscriptionUpdate(_message.Message):
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMING_FIELD_NUMBER: _ClassVar[int]
     subscription: str
     kind: SubscriptionKind
     snapshot_id: SnapshotId
@@ -99,7 +100,8 @@ class SubscriptionUpdate(_message.Message):
     config: bytes
     progress: _containers.ScalarMap[str, int]
     progress_position: int
-    def __init__(self, subscription: _Optional[str] = ..., kind: _Optional[_Union[SubscriptionKind, str]] = ..., snapshot_id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., config: _Optional[bytes] = ..., progress: _Optional[_Mapping[str, int]] = ..., progress_position: _Optional[int] = ...) -> None: ...
+    consuming: bool
+    def __init__(self, subscription: _Optional[str] = ..., kind: _Optional[_Union[SubscriptionKind, str]] = ..., snapshot_id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., config: _Optional[bytes] = ..., progress: _Optional[_Mapping[str, int]] = ..., progress_position: _Optional[int] = ..., consuming: _Optional[bool] = ...) -> None: ...
 
 class Marker(_message.Message):
     __slots__ = ("region", "stream", "epoch", "request", "response", "snapshot", "update")

@@ -1,0 +1,155 @@
+"""Which regions consume a subscription (docs/protocol.md §8): a region counts as consuming
+it for `MachineConfig.active_window_ms` after its own consumers passed its data (seen by a
+positions read, not a move of the machine's, not markers alone), and tells the others with
+its updates (`Update.consuming`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sidecar.protocol import (
+    MachineConfig,
+    Marker,
+    MoveConsumer,
+    Output,
+    PositionsListing,
+    PublishReplicated,
+    StreamMachine,
+    SubscriptionInfo,
+    Update,
+    decode,
+    encode,
+)
+from sidecar.protocol.origins import DataEntry
+
+STREAM = "V"
+SUBS = {"d": SubscriptionInfo(config=b"cfg")}
+INTERVAL_MS = 1_000
+WINDOW_MS = 10 * INTERVAL_MS
+
+
+def machine() -> StreamMachine:
+    """Region a, leading; data of origin a at read sequences 1-10, markers at 11-13."""
+    m = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS))
+    m.tick(1_000)
+    m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
+    m.became_leader(1)
+    read(m, 0, 1_000)
+    return m
+
+
+def read(m: StreamMachine, position: int, now: int) -> list[Output]:
+    m.tick(now)
+    return m.read_done(PositionsListing(m.generation, SUBS, {"d": position}, 13, False))
+
+
+def updates(outputs: Sequence[Output]) -> list[Update]:
+    return [
+        o.marker.body
+        for o in outputs
+        if isinstance(o, PublishReplicated) and isinstance(o.marker.body, Update)
+    ]
+
+
+def consumed_in(m: StreamMachine) -> tuple[str, ...]:
+    view = m.subscription("d")
+    assert view is not None
+    return view.consumed_in
+
+
+def test_its_consumers_passing_data_make_a_region_consuming_and_its_update_says_so() -> None:
+    m = machine()
+    assert consumed_in(m) == ()
+    (update,) = updates(read(m, 4, 3_000))
+    assert consumed_in(m) == ("a",)
+    assert update.consuming
+    (update,) = updates(read(m, 10, 5_000))
+    assert update.progress == {"a": 10} and update.consuming
+    # On to the stream's end, over markers alone: nothing new consumed, nothing to send.
+    assert updates(read(m, 13, 7_000)) == []
+    (g,) = m.gauges()
+    assert g.consumed_in == 1
+
+
+def test_markers_alone_are_not_consumption() -> None:
+    m = machine()
+    read(m, 10, 2_000)
+    assert consumed_in(m) == ("a",)
+    m.tick(2_000 + WINDOW_MS)
+    assert consumed_in(m) == ()
+    assert not updates(read(m, 13, 2_000 + WINDOW_MS + 1))
+    assert consumed_in(m) == (), "an idle durable following the stream's end over markers"
+
+
+def test_a_move_of_the_machines_own_is_not_consumption() -> None:
+    m = machine()
+    m.marker_seen(
+        11,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 8}, 8)),
+    )
+    (move,) = [o for o in read(m, 0, 2_000) if isinstance(o, MoveConsumer)]
+    assert move == MoveConsumer("d", 8)
+    m.action_done(move, 8)
+    read(m, 8, 3_000)
+    assert consumed_in(m) == ()
+    read(m, 9, 4_000)
+    assert consumed_in(m) == ("a",)
+
+
+def test_another_regions_consuming_update_makes_it_consuming_until_the_window_ends() -> None:
+    m = machine()
+    body = Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 2}, 2, consuming=True)
+    m.tick(5_000)
+    m.marker_seen(11, Marker("b", STREAM, 1, body))
+    assert consumed_in(m) == ("b",)
+    read(m, 4, 6_000)
+    assert consumed_in(m) == ("a", "b")
+    (g,) = m.gauges()
+    assert g.consumed_in == 2
+    m.tick(5_000 + WINDOW_MS)
+    assert consumed_in(m) == ("a",)
+    m.tick(6_000 + WINDOW_MS)
+    assert consumed_in(m) == ()
+
+
+def test_the_machine_asks_to_be_called_when_a_region_stops_counting() -> None:
+    follower = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS))
+    follower.tick(1_000)
+    follower.subscriptions_changed(SUBS)
+    body = Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 2}, 2, consuming=True)
+    follower.marker_seen(11, Marker("b", STREAM, 1, body))
+    assert follower.needs().deadline_ms == 1_000 + WINDOW_MS  # its gauge changes then
+    follower.tick(1_000 + WINDOW_MS)
+    assert follower.needs().deadline_ms is None
+
+
+def test_an_update_not_consuming_says_nothing_of_its_region() -> None:
+    m = machine()
+    m.marker_seen(
+        11, Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"", {"a": 2}, 2))
+    )
+    assert consumed_in(m) == ()
+
+
+def test_the_flag_travels_on_the_wire() -> None:
+    regions = ("a", "b")
+    for consuming in (True, False):
+        body = Update("d", SUBS["d"].kind, None, 0, {}, b"", {"a": 2}, 2, consuming)
+        marker = Marker("a", STREAM, 1, body)
+        decoded = decode(encode(marker), stream=STREAM, regions=regions)
+        assert isinstance(decoded, Marker) and decoded.body == body
+
+
+def test_a_new_leaders_first_read_is_its_baseline_and_followers_tell_nothing() -> None:
+    """The moves of the leader before it look like consumption from a follower's reads."""
+    m = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS))
+    m.tick(1_000)
+    m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
+    read(m, 0, 1_000)
+    read(m, 6, 2_000)  # a follower: another replica leads and moves it
+    assert consumed_in(m) == ()
+    m.became_leader(1)
+    read(m, 8, 3_000)  # the leader's first read
+    assert consumed_in(m) == ()
+    read(m, 9, 4_000)
+    assert consumed_in(m) == ("a",)
