@@ -33,9 +33,9 @@ from sidecar.api.errors import (
     NotLeader,
     Unavailable,
 )
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.api.validation import require_name
 from sidecar.config import GrpcTlsConfig
+from sidecar.metrics import SidecarMetrics
 
 log = structlog.get_logger(__name__)
 

@@ -16,8 +16,8 @@ from nats.errors import Error as NatsError
 
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.api.http_server import HttpServerHandle, start_http_server
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import Config
+from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection, NatsRefused
 from sidecar.nats.cursors import CursorStore

@@ -17,8 +17,8 @@ from sidecar.api import convert
 from sidecar.api.backend import Readiness
 from sidecar.api.errors import ApiError, InvalidArgument, NotFound, NotLeader, Unavailable
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server, status_of
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import GrpcTlsConfig
+from sidecar.metrics import SidecarMetrics
 from sidecar.protocol import SubscriptionKind
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 

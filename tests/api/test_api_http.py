@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 import sidecar
 from sidecar.api.backend import Readiness
 from sidecar.api.http_server import HttpServerHandle, start_http_server
-from sidecar.api.metrics import SidecarMetrics
+from sidecar.metrics import SidecarMetrics
 from tests.support.api_fakes import MemoryBackend
 from tests.support.metrics_kit import touch_every_metric
 
