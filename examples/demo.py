@@ -48,14 +48,14 @@ from rsub_dev.sidecars import (
     wait_until,
 )
 from rsub_dev.workload import ReadStreamLedger, Workload, lose_region, wait_settled
-from sidecar.api.backend import SnapshotView
-from sidecar.api.errors import NotFound
 from sidecar.config import NatsConfig
 from sidecar.exact import covered, progress_of
 from sidecar.logs import configure_logging
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.connection import connect_options
 from sidecar.nats.topology import apply_topology
+from sidecar.runtime.errors import NotFound
+from sidecar.runtime.views import SnapshotView
 
 STREAM = "orders"
 DURABLE = "billing"

@@ -24,18 +24,18 @@ from grpc_reflection.v1alpha import reflection
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
 from sidecar.api.backend import SidecarBackend
-from sidecar.api.errors import (
+from sidecar.api.errors import ListenError
+from sidecar.api.validation import require_name
+from sidecar.config import GrpcTlsConfig
+from sidecar.metrics import SidecarMetrics
+from sidecar.runtime.errors import (
     ApiError,
     FailedPrecondition,
     InvalidArgument,
-    ListenError,
     NotFound,
     NotLeader,
     Unavailable,
 )
-from sidecar.api.validation import require_name
-from sidecar.config import GrpcTlsConfig
-from sidecar.metrics import SidecarMetrics
 
 log = structlog.get_logger(__name__)
 
