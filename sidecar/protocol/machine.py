@@ -700,8 +700,9 @@ class StreamMachine:
         # A vector read below the trim point could name messages above `mark_delete`.
         readable = self.config.progress and mark_delete >= self._index.trimmed_through
         progress = self._vector_at(mark_delete) if readable else {}
-        # A changed vector goes out at most once per interval (a snapshot carries it at once).
-        due = now or sent is None or self._now - sub.sent_ms >= self.config.interval_ms
+        # A changed vector goes out at most once per progress interval (a snapshot carries it
+        # at once).
+        due = now or sent is None or self._now - sub.sent_ms >= self.config.vector_interval_ms
         if snapshot is None and not (progress and progress != sent_progress and due):
             return
         sid: SnapshotId | None = None
