@@ -8,7 +8,8 @@ plain durable of its own: unlike `read_stored` (an ordered consumer), its fetche
 JetStream meta leader, so it still reads a region left alone after the others were lost.
 `wait_settled` waits until a sidecar's view of some subscriptions stops changing;
 `lose_region` loses a whole region at once and `uncovered` counts deliveries no progress
-vector covers.
+vector covers. `quiet_connect` opens a client that does not log the troubles of a region
+being killed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -28,14 +30,32 @@ from nats.js.client import JetStreamContext
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from sidecar.api.backend import SubscriptionView
+from sidecar.config import NatsConfig
 from sidecar.exact import ExactConsumer, covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
+from sidecar.nats.connection import connect_options
 from sidecar.runtime import Runtime
 
 FETCH_BATCH = 100
 FETCH_WAIT_S = 0.25
 ACK_TIMEOUT_S = 10.0
 _LEDGER_BATCH = 500
+
+
+async def quiet_connect(servers: Sequence[str]) -> Client:
+    """A client whose connection troubles (expected once a region is killed) are not logged."""
+
+    async def ignore(_error: Exception) -> None:
+        return None
+
+    options = connect_options(NatsConfig(servers=tuple(servers)))
+    return await nats.connect(**options, error_cb=ignore)
+
+
+async def close_quietly(nc: Client) -> None:
+    """Close a client; nats-py can raise ConnectionResetError closing one that is reconnecting."""
+    with contextlib.suppress(OSError):
+        await nc.close()
 
 
 @dataclass
@@ -224,8 +244,7 @@ async def lose_region(
     await cluster.stop_region(region)
     work.stop_producer(region)
     await sidecars.stop(region)
-    with contextlib.suppress(OSError):  # nats-py, closing a client that is reconnecting
-        await ncs.pop(region).close()
+    await close_quietly(ncs.pop(region))
 
 
 @dataclass(frozen=True)
