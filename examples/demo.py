@@ -692,6 +692,14 @@ async def failback_act(
         f"(released caught up {caught_up.count}x); new data first delivered "
         f"{guarded.first_new_delivery_s or float('nan'):.1f} s after its servers restarted"
     )
+    if not caught_up.count and not guarded.holds["expired"].count:
+        early = [r for r, t in guarded.sources_heard_s.items() if t is not None and t < 20]
+        print(
+            f"the guard did not hold: {FAILED_REGION}'s read stream had heard from "
+            f"{', '.join(early) or 'another region'} again before its sidecar first read "
+            "positions, and the guard holds only a region that has heard from none "
+            "(docs/protocol.md §7, detection)"
+        )
     if guarded.duplicates > guarded.stale_duplicates + guarded.leading_duplicates:
         print(
             "note: what the guard leaves are messages another region consumed that lie in "
