@@ -89,3 +89,6 @@ class PositionsListing:
     """Per other region, from the read stream's state: how long ago (ms) it last heard from
     that region's write stream, None when not once since the stream's server started (its
     `sources[].active` of -1). A region missing is not known (no guard decision rests on it)."""
+    leader_age_ms: int | None = None
+    """How long ago the read stream's current leader was elected (`cluster.leader_since`),
+    None when the server does not say."""
