@@ -11,13 +11,22 @@ On a local three-region NATS super-cluster (west, central, east) on 127.0.0.1:
    (`sidecar.exact.ExactConsumer`, with the progress vector read from east's sidecar), until
    both have every message east can hold;
 3. act 2, outage (`--outage-s`, skipped with `--no-outage`): the same on a fresh cluster, but
-   central is lost first and west consumes without it for a while before west is lost too.
+   central is lost first and west consumes without it for a while before west is lost too;
+4. act 3, failback (`--failback-away-s`, skipped with `--no-failback`): west lost, its
+   application continues in east for a while, then west's servers restart from their store
+   with its sidecar, and the application in west reconnects as soon as west's JetStream
+   answers (`rsub_dev.failback`); once with the failback guard and once without
+   (`failback.hold_s: 0`), each on a fresh cluster. JetStream resumes sourcing into west's
+   read stream only 30-45 s after the restart, so this act takes about two minutes.
 
 Per act it prints what was published, consumed, lost and delivered twice, the snapshot bound
 (act 1), snapshot completion times, the time from the loss of west to the first message in
 east, and a table of duplicates: native against east's exposure plus what west consumed that
 east's progress does not cover, exact against the latter alone (docs/protocol.md §6). It
-exits 1 when a message was lost or duplicates exceed a bound. `--pip33` runs the sidecars
+exits 1 when a message was lost or duplicates exceed a bound. Act 3 prints the duplicates
+in west with and without the guard, how long consumption in west was held, and what was
+lost; it fails when a message was lost, the hold did not end caught up, or west delivered
+again the covered run right after its position with the guard. `--pip33` runs the sidecars
 with progress vectors off, for comparison. Everything is torn down at the end, also on Ctrl-C.
 """
 
@@ -34,11 +43,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import nats
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 
 from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.failback import FailbackRun, failback, table
 from rsub_dev.sidecars import (
     RegionSidecars,
     durable_config,
@@ -47,12 +56,17 @@ from rsub_dev.sidecars import (
     read_stored,
     wait_until,
 )
-from rsub_dev.workload import ReadStreamLedger, Workload, lose_region, wait_settled
-from sidecar.config import NatsConfig
+from rsub_dev.workload import (
+    ReadStreamLedger,
+    Workload,
+    close_quietly,
+    lose_region,
+    quiet_connect,
+    wait_settled,
+)
 from sidecar.exact import covered, progress_of
 from sidecar.logs import configure_logging
 from sidecar.naming import SOURCE_HEADER, VirtualStream
-from sidecar.nats.connection import connect_options
 from sidecar.nats.topology import apply_topology
 from sidecar.runtime.errors import NotFound
 from sidecar.runtime.views import SnapshotView
@@ -86,22 +100,6 @@ class Progress:
     def done(self) -> None:
         if self._tty:
             sys.stderr.write("\n")
-
-
-async def quiet_connect(servers: Sequence[str]) -> NATS:
-    """A client whose connection troubles (expected once a region is killed) are not logged."""
-
-    async def ignore(_error: Exception) -> None:
-        return None
-
-    options = connect_options(NatsConfig(servers=tuple(servers)))
-    return await nats.connect(**options, error_cb=ignore)
-
-
-async def close_quietly(nc: NATS) -> None:
-    """Close a client; nats-py can raise ConnectionResetError closing one that is reconnecting."""
-    with contextlib.suppress(OSError):
-        await nc.close()
 
 
 # ---- phase 1: replication check ---------------------------------------------------------
@@ -646,8 +644,77 @@ async def run(args: argparse.Namespace, regions: Sequence[str], directory: Path)
             f"{FAILED_REGION}, then {FAILED_REGION} lost ({mode})",
         )
         ok = ok and outage.ok
+    if args.failback_away_s > 0:
+        ok = await failback_act(args, regions, directory, progress) and ok
     print(f"\nresult: {'OK' if ok else 'FAILED'}; total time {time.monotonic() - started:.1f} s")
     return 0 if ok else 1
+
+
+# ---- act 3: failback --------------------------------------------------------------------
+
+
+async def failback_act(
+    args: argparse.Namespace, regions: Sequence[str], directory: Path, progress: Progress
+) -> bool:
+    """West lost, consumption continued in east, west back with its application at once:
+    with the guard and without, each on a fresh cluster."""
+    started = time.monotonic()
+    outcomes = []
+    for hold_s in (None, 0.0):
+        run = FailbackRun(
+            home=FAILED_REGION,
+            away=TAKEOVER_REGION,
+            rate_per_s=args.rate,
+            warm_s=args.west_seconds,
+            away_s=args.failback_away_s,
+            after_s=args.after_seconds,
+            hold_s=hold_s,
+            interval_ms=args.interval_ms,
+        )
+        where = directory / f"failback-{'guard' if run.guard else 'off'}"
+        async with LocalSuperCluster(regions, where) as cluster:
+            outcomes.append(await failback(cluster, run, progress.show))
+        progress.done()
+    guarded, unguarded = outcomes
+    print(
+        f"\nact 3: {FAILED_REGION} lost, consumed in {TAKEOVER_REGION} for "
+        f"{args.failback_away_s:g} s, {FAILED_REGION} back with its application reconnecting "
+        "at once (with the failback guard / without)"
+    )
+    print("\n".join(table(outcomes)))
+    caught_up = guarded.holds["caught_up"]
+    print(
+        f"duplicates in {FAILED_REGION}: {guarded.duplicates} with the guard, "
+        f"{unguarded.duplicates} without; lost: {guarded.lost} / {unguarded.lost}"
+    )
+    print(
+        f"consumption in {FAILED_REGION} held {caught_up.seconds:.1f} s by its sidecar "
+        f"(released caught up {caught_up.count}x); new data first delivered "
+        f"{guarded.first_new_delivery_s or float('nan'):.1f} s after its servers restarted"
+    )
+    if not caught_up.count and not guarded.holds["expired"].count:
+        early = [r for r, t in guarded.sources_heard_s.items() if t is not None and t < 20]
+        print(
+            f"the guard did not hold: {FAILED_REGION}'s read stream had heard from "
+            f"{', '.join(early) or 'another region'} again before its sidecar first read "
+            "positions, and the guard holds only a region that has heard from none "
+            "(docs/protocol.md §7, detection)"
+        )
+    if guarded.duplicates > guarded.stale_duplicates + guarded.leading_duplicates:
+        print(
+            "note: what the guard leaves are messages another region consumed that lie in "
+            f"{FAILED_REGION}'s read stream after one consumed nowhere: a native durable "
+            "cannot skip them (docs/protocol.md §7, what it does not cover)"
+        )
+    ok = (
+        guarded.lost == 0
+        and unguarded.lost == 0
+        and caught_up.count >= 1
+        and guarded.holds["expired"].count == 0
+        and guarded.leading_duplicates == 0
+    )
+    print(f"act 3: {'OK' if ok else 'FAILED'} in {time.monotonic() - started:.0f} s")
+    return ok
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -662,12 +729,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-outage", action="store_true", help="skip act 2")
     parser.add_argument(
+        "--failback-away-s",
+        type=float,
+        default=8,
+        help="act 3: consumed in east while west is lost",
+    )
+    parser.add_argument("--no-failback", action="store_true", help="skip act 3")
+    parser.add_argument(
         "--pip33", action="store_true", help="sidecars with progress.enabled=false, for comparison"
     )
     parser.add_argument("--dir", type=Path, help="working directory (default: a temporary one)")
     args = parser.parse_args(argv)
     if args.no_outage:
         args.outage_s = 0
+    if args.no_failback:
+        args.failback_away_s = 0
     configure_logging("console", "error", stream=sys.stderr)
     regions = (FAILED_REGION, "central", TAKEOVER_REGION)
     try:

@@ -44,9 +44,10 @@ from nats.errors import Error as NatsError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from examples.demo import Progress, close_quietly, print_rows, quiet_connect
+from examples.demo import Progress, print_rows
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
+from rsub_dev.workload import close_quietly, quiet_connect
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
 from spark_jobs import orders_totals, rsub_spark

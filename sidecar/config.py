@@ -304,6 +304,10 @@ class ProgressConfig:
     with updates and applied. Off, rsub is PIP-33 only (for comparison, or to save the index)."""
 
     enabled: bool = True
+    interval_ms: int | None = field(default=None, metadata=_meta(_positive))
+    """How often a subscription's changed vector may go out, and its positions be read on a
+    signal: vectors need no round trip, so they may go out more often than snapshots start.
+    None: `snapshot.interval_ms`."""
 
 
 @dataclass(frozen=True)

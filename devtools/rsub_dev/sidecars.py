@@ -242,11 +242,13 @@ def sidecar_settings(
     log_level: str = "warning",
     credentials: tuple[str, str] | None = None,
     progress: bool = True,
+    failback_hold_s: float | None = None,
 ) -> dict[str, Any]:
     """The configuration mapping of `region`'s sidecar on `cluster` (YAML-serialisable);
     `credentials` are the NATS user and password it connects with; `progress=False` makes it
     PIP-33 only; `lease_shards` (default: the sidecar's) is the number of shards the replicas
-    of a region share, 1 for one leader of every stream and the others standing by."""
+    of a region share, 1 for one leader of every stream and the others standing by;
+    `failback_hold_s` (default: the sidecar's) limits the failback guard, 0 turns it off."""
     nats: dict[str, Any] = {"servers": cluster.servers(region)}
     if credentials is not None:
         nats["user"], nats["password"] = credentials
@@ -257,6 +259,7 @@ def sidecar_settings(
         "streams": [{"name": name} for name in streams],
         "snapshot": {"interval_ms": interval_ms, "timeout_s": timeout_s},
         "progress": {"enabled": progress},
+        "failback": {} if failback_hold_s is None else {"hold_s": failback_hold_s},
         "lease": {"ttl_s": lease_ttl_s}
         | ({"shards": lease_shards} if lease_shards is not None else {}),
         "grpc": {"listen": grpc_listen},
@@ -281,10 +284,11 @@ class RegionSidecars:
         serve: bool = True,
         credentials: Mapping[str, tuple[str, str]] | None = None,
         progress: bool = True,
+        failback_hold_s: float | None = None,
     ) -> None:
         """`credentials` maps a region to the NATS user and password of its sidecar;
-        `progress=False` runs them PIP-33 only (no progress vectors); `lease_shards` as in
-        `sidecar_settings`."""
+        `progress=False` runs them PIP-33 only (no progress vectors); `lease_shards` and
+        `failback_hold_s` as in `sidecar_settings`."""
         self.cluster = cluster
         self.streams = tuple(streams)
         self.regions = tuple(regions if regions is not None else cluster.regions)
@@ -298,6 +302,7 @@ class RegionSidecars:
         self.serve = serve
         self.credentials = dict(credentials or {})
         self.progress = progress
+        self.failback_hold_s = failback_hold_s
         self.runtimes: dict[str, Service] = {}
 
     def config(self, region: str) -> Config:
@@ -312,6 +317,7 @@ class RegionSidecars:
                 lease_shards=self.lease_shards,
                 credentials=self.credentials.get(region),
                 progress=self.progress,
+                failback_hold_s=self.failback_hold_s,
             )
         )
 

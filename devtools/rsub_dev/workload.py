@@ -9,7 +9,8 @@ JetStream meta leader, so it still reads a region left alone after the others we
 `wait_settled` waits until a sidecar's view of some subscriptions stops changing;
 `lose_region` loses a whole region at once and `uncovered` counts deliveries no progress
 vector covers. `busy_event_loop` keeps the client's own event loop busy, as an
-application's CPU work between awaits does.
+application's CPU work between awaits does. `quiet_connect` opens a client that does not log
+the troubles of a region being killed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -29,8 +31,10 @@ from nats.js.client import JetStreamContext
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
+from sidecar.config import NatsConfig
 from sidecar.exact import ExactConsumer, covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
+from sidecar.nats.connection import connect_options
 from sidecar.runtime import Runtime
 from sidecar.runtime.views import SubscriptionView
 
@@ -58,6 +62,22 @@ async def busy_event_loop(seed: int, longest_s: float) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def quiet_connect(servers: Sequence[str]) -> Client:
+    """A client whose connection troubles (expected once a region is killed) are not logged."""
+
+    async def ignore(_error: Exception) -> None:
+        return None
+
+    options = connect_options(NatsConfig(servers=tuple(servers)))
+    return await nats.connect(**options, error_cb=ignore)
+
+
+async def close_quietly(nc: Client) -> None:
+    """Close a client; nats-py can raise ConnectionResetError closing one that is reconnecting."""
+    with contextlib.suppress(OSError):
+        await nc.close()
 
 
 @dataclass
@@ -246,8 +266,7 @@ async def lose_region(
     await cluster.stop_region(region)
     work.stop_producer(region)
     await sidecars.stop(region)
-    with contextlib.suppress(OSError):  # nats-py, closing a client that is reconnecting
-        await ncs.pop(region).close()
+    await close_quietly(ncs.pop(region))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The sidecar's gRPC server (grpc.aio): CursorService, AdminService, health and reflection.
 
-Requests are validated here before the backend sees them; `sidecar.api.errors` exceptions
+Requests are validated here before the backend sees them; `sidecar.runtime.errors` exceptions
 from validation or from the backend become gRPC status codes in `status_of`, and nowhere
 else. With a bearer token configured, every AdminService method and CommitCursor require
 `authorization: Bearer <token>` metadata; the other reads stay open.

@@ -25,8 +25,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -84,6 +86,22 @@ class Positions:
     # Per stream the read stream sources: ms since it last heard from it, None when not once
     # since the stream's server started (`sources[].active` of -1).
     sources: Mapping[str, int | None] = field(default_factory=dict)
+    # When the stream's current leader was elected (Unix ms; None when not reported).
+    leader_since_ms: int | None = None
+
+
+def leader_since_ms(info: Mapping[str, Any]) -> int | None:
+    """From `STREAM.INFO`: when the stream's leader was elected (`cluster.leader_since`,
+    RFC 3339 with nanoseconds), in Unix ms; None when the server does not say."""
+    since = (info.get("cluster") or {}).get("leader_since")
+    if not isinstance(since, str):
+        return None
+    # Python before 3.12 reads at most six digits of a fraction.
+    text = re.sub(r"(\.\d{6})\d+", r"\1", since).replace("Z", "+00:00")
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 def sources_heard(info: Mapping[str, Any]) -> dict[str, int | None]:
@@ -237,6 +255,7 @@ class PositionReader:
             frozenset(unknown),
             receiving,
             sources_heard(stream_info),
+            leader_since_ms(stream_info),
         )
 
     async def _list(self, port: JetStreamPort) -> tuple[list[dict[str, Any]], list[str]]:

@@ -21,9 +21,17 @@ class MachineConfig:
     progress: bool = True
     """Progress vectors (DESIGN §7): sent, and applied when received. Off, the machine is
     PIP-33 only (its index stays empty and received vectors are ignored)."""
+    progress_interval_ms: int | None = None
+    """The least time between two updates of a subscription that carry a changed vector and
+    no newer snapshot (None: `interval_ms`); an update with a newer snapshot goes out at once."""
     hold_ms: int = 120_000
     """The failback guard (docs/protocol.md §7): how long a returning region holds its
     replicated durables at most while waiting for the other regions' progress (0: no guard)."""
+
+    @property
+    def vector_interval_ms(self) -> int:
+        """`progress_interval_ms`, or `interval_ms` when not set."""
+        return self.progress_interval_ms or self.interval_ms
 
     @property
     def active_window_ms(self) -> int:
@@ -38,6 +46,10 @@ class MachineConfig:
             raise ValueError(f"regions must be unique: {self.regions}")
         if self.hold_ms < 0:
             raise ValueError(f"hold_ms must not be negative, got {self.hold_ms}")
+        if self.progress_interval_ms is not None and self.progress_interval_ms <= 0:
+            raise ValueError(
+                f"progress_interval_ms must be positive, got {self.progress_interval_ms}"
+            )
         for name in ("interval_ms", "timeout_ms", "history_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -77,3 +89,6 @@ class PositionsListing:
     """Per other region, from the read stream's state: how long ago (ms) it last heard from
     that region's write stream, None when not once since the stream's server started (its
     `sources[].active` of -1). A region missing is not known (no guard decision rests on it)."""
+    leader_age_ms: int | None = None
+    """How long ago the read stream's current leader was elected (`cluster.leader_since`),
+    None when the server does not say."""

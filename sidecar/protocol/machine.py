@@ -287,7 +287,7 @@ class StreamMachine:
         self._follows_end = listing.follows_end
         if self._first_listing and self._leader:
             self._first_listing = False
-            out += self._check_return(listing.sources)
+            out += self._check_return(listing.sources, listing.leader_age_ms)
         out += self.positions_read(listing.positions, listing.last_seq)
         if self._leader:
             out += self._answer_catch_ups()
@@ -700,8 +700,9 @@ class StreamMachine:
         # A vector read below the trim point could name messages above `mark_delete`.
         readable = self.config.progress and mark_delete >= self._index.trimmed_through
         progress = self._vector_at(mark_delete) if readable else {}
-        # A changed vector goes out at most once per interval (a snapshot carries it at once).
-        due = now or sent is None or self._now - sub.sent_ms >= self.config.interval_ms
+        # A changed vector goes out at most once per progress interval (a snapshot carries it
+        # at once).
+        due = now or sent is None or self._now - sub.sent_ms >= self.config.vector_interval_ms
         if snapshot is None and not (progress and progress != sent_progress and due):
             return
         sid: SnapshotId | None = None
@@ -844,13 +845,19 @@ class StreamMachine:
 
     # ---- the failback guard (docs/protocol.md §7) ------------------------------------------
 
-    def _check_return(self, sources: Mapping[str, int | None]) -> list[Output]:
-        """A leader's first listing: this region returned when its read stream has not heard
-        from any other region since its server started (a region whose servers stayed up
-        while the others went away has heard from them before). Its replicated durables are
-        then held until every other region answered a catch-up request."""
-        returned = all(r in sources and sources[r] is None for r in self._others)
-        if not self.config.hold_ms or not self._others or not returned:
+    def _check_return(
+        self, sources: Mapping[str, int | None], leader_age_ms: int | None
+    ) -> list[Output]:
+        """A leader's first listing: this region returned when its read stream's leader was
+        elected less than `hold_ms` ago (or the server does not say) and the stream has not
+        heard from some other region since (its sources resume one by one: waiting for all
+        of them to be silent missed returns where one resumed first). A stream whose leader
+        is older is not returning, whatever region is down: a sidecar restart there holds
+        nothing. Its replicated durables are then held until every other region answered a
+        catch-up request."""
+        recent = leader_age_ms is None or leader_age_ms < self.config.hold_ms
+        unheard = any(r in sources and sources[r] is None for r in self._others)
+        if not self.config.hold_ms or not recent or not unheard:
             return []
         held = sorted(
             name

@@ -26,22 +26,34 @@ _PHASES = 10
 
 
 class IntervalLoop:
-    """Every `interval_ms`, in `_PHASES` groups spread over it, each driver's `interval`
+    """Every `tick_ms` (by default `interval_ms`, the snapshot interval; the progress
+    interval when shorter), in `_PHASES` groups spread over it, each driver's `interval`
     (cheap, no I/O: it posts a job only when its machine has something to be told or asked
     for, see `StreamDriver.interval`); the positions reads the machines ask for
     (`ReadPositions`) wait in one queue for `_READERS` tasks. Each stream's sweep comes once
-    per `sweep_intervals` intervals, the streams' sweeps spread over them. The work of an
+    per `sweep_intervals` snapshot intervals, the streams' sweeps spread over them. A machine
+    starts its snapshots by its own clock (`MachineConfig.interval_ms`), so a shorter tick only
+    reads positions and sends vectors sooner after a signal. The work of an
     interval grows with the streams that changed, not with all streams; the signals come from
     `sidecar.nats.signals` and `cursor_commits`.
     """
 
-    def __init__(self, handles: RegionHandles, interval_ms: int, sweep_intervals: int) -> None:
+    def __init__(
+        self,
+        handles: RegionHandles,
+        interval_ms: int,
+        sweep_intervals: int,
+        *,
+        tick_ms: int | None = None,
+    ) -> None:
         self._drivers: list[StreamDriver] = []
         self._by_name: dict[str, StreamDriver] = {}
         self._signals: dict[str, list[Listener]] = {}
         self._handles = handles
-        self._interval_s = interval_ms / 1000
-        self._sweep = sweep_intervals
+        tick = min(interval_ms, tick_ms or interval_ms)
+        self._interval_s = tick / 1000
+        # The sweep's period stays in snapshot intervals whatever the tick.
+        self._sweep = max(1, round(sweep_intervals * interval_ms / tick))
         self._queue: asyncio.Queue[StreamDriver] = asyncio.Queue()
 
     async def add(self, driver: StreamDriver) -> None:

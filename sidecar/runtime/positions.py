@@ -78,8 +78,15 @@ class LocalSubscriptions:
             for stream, heard in read.sources.items()
             if (region := self._vs.region_of_write_stream(stream)) is not None
         }
+        since = read.leader_since_ms
         self._last = PositionsListing(
-            generation, self.infos(), positions, read.last_seq, follows_end, sources
+            generation,
+            self.infos(),
+            positions,
+            read.last_seq,
+            follows_end,
+            sources,
+            None if since is None else max(0, self.read_ms - since),
         )
         return self._last
 
@@ -88,7 +95,13 @@ class LocalSubscriptions:
         `cursor_stored`): as old as that read, whatever the positions."""
         last = self._last
         return PositionsListing(
-            last.generation, self.infos(), positions, last.last_seq, last.follows_end, last.sources
+            last.generation,
+            self.infos(),
+            positions,
+            last.last_seq,
+            last.follows_end,
+            last.sources,
+            last.leader_age_ms,
         )
 
     def cursor_stored(self, subscription: str, value: int) -> int:

@@ -58,6 +58,7 @@ def machine_config(config: Config, vs: VirtualStream) -> MachineConfig:
         timeout_ms=int(config.snapshot.timeout_s * 1000),
         cache_size=config.snapshot.cache_size,
         progress=config.progress.enabled,
+        progress_interval_ms=config.progress.interval_ms,
         hold_ms=int(config.failback.hold_s * 1000),
     )
 
@@ -102,7 +103,10 @@ class Runtime(RuntimeBackend):
         # The interval of every stream (snapshots started, positions read when they may have
         # moved); a stream joins it once rebuilt (`_start_stream`).
         self._intervals = IntervalLoop(
-            self._handles, config.snapshot.interval_ms, config.snapshot.sweep_intervals
+            self._handles,
+            config.snapshot.interval_ms,
+            config.snapshot.sweep_intervals,
+            tick_ms=config.progress.interval_ms,
         )
         self._discovery = (
             StreamDiscovery(

@@ -305,3 +305,23 @@ def test_the_index_is_trimmed_exactly_at_the_lowest_mark_delete() -> None:
         expected = {n: (brute_vector(q_a, m), m) for n, m in new.items() if m >= trim_point}
         assert sent == expected
         assert a.origin_index_runs == kept  # nothing more goes below the trim point
+
+
+def test_vectors_go_out_on_their_own_cadence() -> None:
+    """With `progress_interval_ms` shorter than the snapshot interval, a changed vector goes
+    out once per progress interval, not once per snapshot interval."""
+    config = MachineConfig("a", STREAM, REGIONS, interval_ms=INTERVAL, progress_interval_ms=250)
+    m = StreamMachine(config)
+    m.subscriptions_changed(SUBS)
+    m.became_leader(1)
+    m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 21)])
+    sent = []
+    for step, now in enumerate(range(0, 1_000, 100), start=1):
+        m.tick(now)
+        for marker in updates(m.positions_read({"d": 2 * step}, 20)):
+            assert isinstance(marker.body, Update)
+            sent.append((now, marker.body.progress_position))
+    # Every 300 ms (the first read at or after 250 ms since the last), not once a second.
+    assert sent == [(0, 2), (300, 8), (600, 14), (900, 20)]
+    default = MachineConfig("a", STREAM, REGIONS, interval_ms=INTERVAL)
+    assert default.vector_interval_ms == INTERVAL
