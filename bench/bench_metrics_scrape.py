@@ -50,8 +50,8 @@ from prometheus_client.exposition import choose_encoder
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sidecar.api.http_server import start_http_server
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.cli.run import _GC_THRESHOLDS
+from sidecar.metrics import SidecarMetrics
 from sidecar.protocol import IgnoreReason, RejectReason
 from tests.support.api_fakes import MemoryBackend
 

@@ -62,7 +62,6 @@ async def run(interval_ms: int, seconds: float, directory: Path) -> None:
                         "snapshot": {"interval_ms": interval_ms},
                     }
                 ),
-                serve=False,
             )
             for r in cluster.regions
         }

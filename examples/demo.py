@@ -64,12 +64,12 @@ from rsub_dev.workload import (
     quiet_connect,
     wait_settled,
 )
-from sidecar.api.backend import SnapshotView
-from sidecar.api.errors import NotFound
 from sidecar.exact import covered, progress_of
 from sidecar.logs import configure_logging
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.topology import apply_topology
+from sidecar.runtime.errors import NotFound
+from sidecar.runtime.views import SnapshotView
 
 STREAM = "orders"
 DURABLE = "billing"

@@ -36,9 +36,9 @@ from rsub_dev.workload import (
     quiet_connect,
     wait_settled,
 )
-from sidecar.api.errors import NotFound
 from sidecar.naming import VirtualStream
 from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound
 
 STREAM = "orders"
 DURABLE = "billing"

@@ -1,9 +1,9 @@
 """One rsub sidecar per region on a `LocalSuperCluster`, for the demo, scenario tests and benches.
 
-In process (a `Runtime` per region)::
+In process (a `Service` per region: its `Runtime`, serving the API unless `serve=False`)::
 
     async with RegionSidecars(cluster, streams=["orders"], interval_ms=200) as sidecars:
-        sidecars["west"]                      # the Runtime of west (ready, leading)
+        sidecars["west"]                      # the Service of west (ready, leading)
         await sidecars.stop("west")           # graceful stop (releases the lease)
         async with sidecars.replica("west") as follower: ...   # a second replica
 
@@ -49,11 +49,11 @@ from rsub_dev.cluster import (
     stop_process,
 )
 from rsub_dev.ports import HOST, free_ports
+from sidecar.api.service import Service
 from sidecar.config import Config
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.consumers import REPLICATE_KEY
 from sidecar.protocol import Marker, Rejected, Request, Snapshot, decode
-from sidecar.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
@@ -269,7 +269,7 @@ def sidecar_settings(
 
 
 class RegionSidecars:
-    """One in-process `Runtime` per region; `async with` starts them and waits for leaders."""
+    """One in-process `Service` per region; `async with` starts them and waits for leaders."""
 
     def __init__(
         self,
@@ -303,7 +303,7 @@ class RegionSidecars:
         self.credentials = dict(credentials or {})
         self.progress = progress
         self.failback_hold_s = failback_hold_s
-        self.runtimes: dict[str, Runtime] = {}
+        self.runtimes: dict[str, Service] = {}
 
     def config(self, region: str) -> Config:
         return Config.from_mapping(
@@ -321,7 +321,7 @@ class RegionSidecars:
             )
         )
 
-    def __getitem__(self, region: str) -> Runtime:
+    def __getitem__(self, region: str) -> Service:
         return self.runtimes[region]
 
     def __iter__(self) -> Iterator[str]:
@@ -346,20 +346,20 @@ class RegionSidecars:
     ) -> None:
         await self.close()
 
-    async def start(self, region: str) -> Runtime:
+    async def start(self, region: str) -> Service:
         """Start `region`'s sidecar (again) and wait until it is ready."""
         if region in self.runtimes:
             raise RuntimeError(f"region {region!r}: its sidecar is already running")
-        runtime = self.runtimes[region] = Runtime(self.config(region), serve=self.serve)
+        runtime = self.runtimes[region] = Service(self.config(region), serve=self.serve)
         await runtime.start()
         await runtime.wait_ready(READY_TIMEOUT_S)
         return runtime
 
     @contextlib.asynccontextmanager
-    async def replica(self, region: str, *, serve: bool = False) -> AsyncIterator[Runtime]:
+    async def replica(self, region: str, *, serve: bool = False) -> AsyncIterator[Service]:
         """Another replica of `region`'s sidecar (a follower while another one leads),
         ready inside the block and stopped at its end."""
-        replica = Runtime(self.config(region), serve=serve)
+        replica = Service(self.config(region), serve=serve)
         try:
             await replica.start()
             await replica.wait_ready(READY_TIMEOUT_S)

@@ -31,12 +31,12 @@ from nats.js.client import JetStreamContext
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
-from sidecar.api.backend import SubscriptionView
 from sidecar.config import NatsConfig
 from sidecar.exact import ExactConsumer, covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.connection import connect_options
 from sidecar.runtime import Runtime
+from sidecar.runtime.views import SubscriptionView
 
 FETCH_BATCH = 100
 FETCH_WAIT_S = 0.25

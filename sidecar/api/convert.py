@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TypeVar
 
 from sidecar._gen.rsub.v1 import api_pb2
-from sidecar.api.backend import (
+from sidecar.protocol import SubscriptionKind
+from sidecar.runtime.views import (
     AppliedUpdateView,
     SnapshotView,
     SourceLinkView,
@@ -20,7 +21,6 @@ from sidecar.api.backend import (
     StreamStatusView,
     SubscriptionView,
 )
-from sidecar.protocol import SubscriptionKind
 
 _NO_TIME = 0
 _NO_AGE = -1

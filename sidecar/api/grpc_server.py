@@ -1,6 +1,6 @@
 """The sidecar's gRPC server (grpc.aio): CursorService, AdminService, health and reflection.
 
-Requests are validated here before the backend sees them; `sidecar.api.errors` exceptions
+Requests are validated here before the backend sees them; `sidecar.runtime.errors` exceptions
 from validation or from the backend become gRPC status codes in `status_of`, and nowhere
 else. With a bearer token configured, every AdminService method and CommitCursor require
 `authorization: Bearer <token>` metadata; the other reads stay open.
@@ -24,18 +24,18 @@ from grpc_reflection.v1alpha import reflection
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
 from sidecar.api.backend import SidecarBackend
-from sidecar.api.errors import (
+from sidecar.api.errors import ListenError
+from sidecar.api.validation import require_name
+from sidecar.config import GrpcTlsConfig
+from sidecar.metrics import SidecarMetrics
+from sidecar.runtime.errors import (
     ApiError,
     FailedPrecondition,
     InvalidArgument,
-    ListenError,
     NotFound,
     NotLeader,
     Unavailable,
 )
-from sidecar.api.metrics import SidecarMetrics
-from sidecar.api.validation import require_name
-from sidecar.config import GrpcTlsConfig
 
 log = structlog.get_logger(__name__)
 

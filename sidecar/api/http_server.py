@@ -8,7 +8,7 @@ Prometheus asks for gzip) in a thread of its own, one scrape at a time: at thous
 streams an exposition takes a second of CPU, which on the loop would hold up every lease
 renewal, marker and /healthz for as long (bench/bench_metrics_scrape.py). prometheus_client's
 metrics are safe to read from another thread (each value and each family's children are
-behind a lock), as are the sidecar's own collectors (sidecar/api/metrics.py).
+behind a lock), as are the sidecar's own collectors (sidecar/metrics.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from prometheus_client.exposition import choose_encoder
 
 from sidecar.api.backend import SidecarBackend
 from sidecar.api.errors import ListenError
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import split_host_port
+from sidecar.metrics import SidecarMetrics
 
 log = structlog.get_logger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar.api.errors import InvalidArgument
 from sidecar.naming import NamingError, check_token
+from sidecar.runtime.errors import InvalidArgument
 
 # JetStream's limit for stream and consumer names.
 MAX_NAME_LENGTH = 255

@@ -7,7 +7,7 @@ names it), `set-replicated` and `reset-cursor` (any replica). Nothing is retried
 command makes one call.
 
 Tables for people, `--json` for scripts (keys are the view field names of
-`sidecar/api/backend.py`). Exit codes: 0 ok, 1 the sidecar answered with an error,
+`sidecar/runtime/views.py`). Exit codes: 0 ok, 1 the sidecar answered with an error,
 2 the sidecar cannot be reached or the options are unusable.
 """
 
@@ -29,9 +29,9 @@ import grpc
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
-from sidecar.api.backend import CursorResetView, SnapshotView, StatusView, SubscriptionView
 from sidecar.api.client import TlsOptionNames, call_metadata, open_channel
 from sidecar.naming import data_filter_of
+from sidecar.runtime.views import CursorResetView, SnapshotView, StatusView, SubscriptionView
 
 DEFAULT_SIDECAR = "127.0.0.1:7070"
 EXIT_OK, EXIT_ERROR, EXIT_UNREACHABLE = 0, 1, 2

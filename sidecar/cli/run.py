@@ -20,10 +20,10 @@ import structlog
 import uvloop
 
 from sidecar.api.errors import ListenError
+from sidecar.api.service import Service
 from sidecar.config import Config, ConfigError, load_config, unrelated_env
 from sidecar.logs import configure_logging
 from sidecar.nats.connection import NatsRefused
-from sidecar.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def serve(config: Config) -> NatsRefused | ListenError | None:
-    """Run a `Runtime` until SIGTERM/SIGINT, then stop it cleanly.
+    """Run a `Service` until SIGTERM/SIGINT, then stop it cleanly.
 
     Returns early, with the error, when a server cannot listen (what started is stopped) or
     NATS refuses the credentials at the first connection.
@@ -53,7 +53,7 @@ async def serve(config: Config) -> NatsRefused | ListenError | None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runtime = Runtime(config)
+    runtime = Service(config)
     try:
         await runtime.start()
     except ListenError as error:
@@ -70,7 +70,7 @@ async def serve(config: Config) -> NatsRefused | ListenError | None:
     return runtime.failure
 
 
-async def _freeze_when_ready(runtime: Runtime) -> None:
+async def _freeze_when_ready(runtime: Service) -> None:
     """Once every stream is rebuilt, leave what the bring-up built (it lives as long as the
     process) out of the cyclic GC's collections: `gc.freeze`. What of a stream dropped later
     (discovery) was frozen and sits in reference cycles stays until the process ends: about

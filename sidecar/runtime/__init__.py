@@ -3,24 +3,25 @@
 Programmatic use (tests, the demo, `rsub run`)::
 
     runtime = Runtime(config)          # a sidecar.config.Config; nothing happens yet
-    await runtime.start()              # serve gRPC + HTTP, then connect etc. in the background
+    await runtime.start()              # connect etc. in the background
     await runtime.wait_ready(30)       # connected, topology applied, every stream rebuilt
                                        # (with discovery: those of its first round too)
                                        # (raises NatsRefused if NATS refused the credentials)
-    runtime.grpc_port, runtime.http_port   # bound ports (listen on port 0 to get free ones)
     runtime.leadership("orders")       # LeaseState: leads it?, epoch, holder (the leader)
     runtime.is_leader, runtime.readiness   # is_leader: it leads at least one stream
     await runtime.wait_failed()        # returns the NatsRefused that stopped the bring-up
-    await runtime.stop()               # stop serving, release its shards, flush and close
+    await runtime.stop()               # release its shards, flush and close
 
-`Runtime(config, holder=..., apply_topology=False, serve=False)`: `holder` names this
-replica in the leases (default host-pid-random); `apply_topology=False` skips
-`apply_topology` at start (the streams must exist); `serve=False` runs without gRPC/HTTP.
-`Runtime` implements `sidecar.api.backend.SidecarBackend` and drives `SidecarMetrics`.
+`Runtime(config, holder=..., apply_topology=False)`: `holder` names this replica in the
+leases (default host-pid-random); `apply_topology=False` skips `apply_topology` at start (the
+streams must exist). `Runtime` implements `sidecar.api.backend.SidecarBackend` (answering
+with `views`, raising `errors`) and drives `SidecarMetrics` (`sidecar.metrics`); it serves
+nothing: `sidecar.api.service.Service`, a `Runtime` that serves gRPC and HTTP, is what
+`rsub run` runs.
 
 One module per role:
 
-- `root`: `Runtime`, the composition root: serves the API, brings up (connect, topology,
+- `root`: `Runtime`, the composition root: brings up (connect, topology,
   the region's KV bucket, shard leases), starts and stops one stream at a time, retries
   with back-off, turns each shard lease's changes into leadership inputs of the shard's
   streams, stops;
@@ -39,7 +40,8 @@ One module per role:
 - `effects`: each action carried out on NATS, only while the stream's shard lease says this
   replica leads it with the machine's epoch;
 - `observer`: events and markers read, as metrics and structured logs;
-- `backend`: `RuntimeBackend`, the API's reads and writes (`SidecarBackend`);
+- `backend`: `RuntimeBackend`, the API's reads and writes (`SidecarBackend`), answered
+  with the views of `views` and failing with the errors of `errors` (the API imports both);
 - `positions`: `LocalSubscriptions`, `V`'s durables (one consumer listing) and external
   cursors (one KV get), as last read, at their effective positions (a floor extended over
   the markers after it: `sidecar.nats.effective`);

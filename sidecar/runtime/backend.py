@@ -18,12 +18,18 @@ from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 import sidecar
-from sidecar.api import backend as views
-from sidecar.api.errors import FailedPrecondition, InvalidArgument, NotFound, NotLeader, Unavailable
 from sidecar.nats import consumers
 from sidecar.protocol import MachineSubscription, Output, PendingView, StreamMachine
 from sidecar.protocol.leases import LeaseState
+from sidecar.runtime import views
 from sidecar.runtime.driver import StreamDriver
+from sidecar.runtime.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    NotLeader,
+    Unavailable,
+)
 from sidecar.runtime.handles import RegionHandles
 
 log = structlog.get_logger(__name__)

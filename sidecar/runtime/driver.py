@@ -28,7 +28,7 @@ from functools import partial
 import structlog
 from nats.errors import Error as NatsError
 
-from sidecar.api.metrics import SidecarMetrics
+from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.protocol import (
     Action,

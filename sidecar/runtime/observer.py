@@ -16,7 +16,7 @@ from typing import Any, assert_never
 
 import structlog
 
-from sidecar.api.metrics import SidecarMetrics
+from sidecar.metrics import SidecarMetrics
 from sidecar.naming import data_filter_of
 from sidecar.protocol import (
     Event,

@@ -1,4 +1,5 @@
-"""`Runtime`: the composition root of a sidecar (see the package docstring for the use)."""
+"""`Runtime`: the composition root of a sidecar's runtime (see the package docstring for the
+use); `sidecar.api.service.Service` serves the API around it."""
 
 from __future__ import annotations
 
@@ -14,10 +15,8 @@ from typing import TypeVar
 import structlog
 from nats.errors import Error as NatsError
 
-from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
-from sidecar.api.http_server import HttpServerHandle, start_http_server
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import Config
+from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection, NatsRefused
 from sidecar.nats.cursors import CursorStore
@@ -71,7 +70,6 @@ class Runtime(RuntimeBackend):
         *,
         holder: str | None = None,
         apply_topology: bool = True,
-        serve: bool = True,
         metrics: SidecarMetrics | None = None,
     ) -> None:
         self.config = config
@@ -93,7 +91,6 @@ class Runtime(RuntimeBackend):
         )
         self.metrics.track_readiness(lambda: self.readiness.ready)
         self._apply_topology = apply_topology
-        self._serve = serve
         # The streams of each shard; per stream, (leads, epoch) as last handed to its driver.
         self._shard_streams: dict[int, list[StreamDriver]] = {}
         for driver in drivers.values():
@@ -122,28 +119,11 @@ class Runtime(RuntimeBackend):
         self._ready = asyncio.Event()
         self._failed = asyncio.Event()
         self.failure: NatsRefused | None = None
-        self._grpc: GrpcServerHandle | None = None
-        self._http: HttpServerHandle | None = None
-
-    @property
-    def grpc_port(self) -> int | None:
-        return self._grpc.port if self._grpc is not None else None
-
-    @property
-    def http_port(self) -> int | None:
-        return self._http.port if self._http is not None else None
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Serve the API (not ready yet), then bring everything up in the background."""
-        if self._serve:
-            grpc_cfg = self.config.grpc
-            token = grpc_cfg.auth_token.reveal() if grpc_cfg.auth_token is not None else None
-            self._grpc = await start_grpc_server(
-                self, grpc_cfg.listen, auth_token=token, tls=grpc_cfg.tls, metrics=self.metrics
-            )
-            self._http = await start_http_server(self, self.metrics, self.config.http.listen)
+        """Bring everything up in the background."""
         self._spawn(self._bring_up(), "bring-up")
         log.info("runtime_started", region=self.region, holder=self.holder)
 
@@ -172,13 +152,7 @@ class Runtime(RuntimeBackend):
         return self.failure
 
     async def stop(self) -> None:
-        """Stop serving, stop the tasks, give the shards up, flush and close (idempotent)."""
-        if self._grpc is not None:
-            await self._grpc.stop(_STOP_GRACE_S)
-            self._grpc = None
-        if self._http is not None:
-            await self._http.stop()
-            self._http = None
+        """Stop the tasks, give the shards up, flush and close (idempotent)."""
         self._stopping = True
         for driver in self._drivers.values():
             driver.stop()

@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 import sidecar
-from sidecar.api.backend import Readiness
 from sidecar.api.http_server import HttpServerHandle, start_http_server
-from sidecar.api.metrics import SidecarMetrics
+from sidecar.metrics import SidecarMetrics
+from sidecar.runtime.views import Readiness
 from tests.support.api_fakes import MemoryBackend
 from tests.support.metrics_kit import touch_every_metric
 

@@ -58,9 +58,9 @@ from nats.js import JetStreamContext
 from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.service import Service
 from sidecar.config import Config
 from sidecar.naming import VirtualStream
-from sidecar.runtime import Runtime
 from tests.support.promtool_alerts import Expect, ScrapeRecorder, Target, promtool_check
 from tests.support.scenario_kit import (
     DEADLINE_S,
@@ -110,7 +110,7 @@ def rules(helm_tool: ModuleType, regions: list[str]) -> Any:
     return helm_tool.prometheus_rules(helm_tool.render(CHART, values))
 
 
-def target(runtime: Runtime, pod: str) -> Target:
+def target(runtime: Service, pod: str) -> Target:
     url = f"http://127.0.0.1:{runtime.http_port}/metrics"
     return Target(f"rsub-{runtime.region}", pod, url, runtime.region)
 
@@ -128,12 +128,12 @@ def sidecars(cluster: LocalSuperCluster) -> RegionSidecars:
 
 
 @contextlib.asynccontextmanager
-async def discovering(config: Config) -> AsyncIterator[Runtime]:
+async def discovering(config: Config) -> AsyncIterator[Service]:
     """Another replica of the region with discovery on (matching nothing more)."""
     discovery = dataclasses.replace(
         config.discovery, enabled=True, interval_s=DISCOVERY_INTERVAL_S, match=("none-*",)
     )
-    runtime = Runtime(dataclasses.replace(config, discovery=discovery))
+    runtime = Service(dataclasses.replace(config, discovery=discovery))
     await runtime.start()
     try:
         await runtime.wait_ready(DEADLINE_S)
@@ -404,7 +404,7 @@ async def add_rogue_source(nc: Client, vs: VirtualStream) -> None:
 
 
 @contextlib.asynccontextmanager
-async def committing(runtime: Runtime) -> AsyncIterator[list[grpc.StatusCode]]:
+async def committing(runtime: Service) -> AsyncIterator[list[grpc.StatusCode]]:
     """Commits the external cursor `spark` (at 0) through `runtime`'s gRPC API, as a Spark
     query would, twice a second until the block ends; yields their outcomes."""
     outcomes: list[grpc.StatusCode] = []
@@ -471,7 +471,7 @@ async def test_alerts_of_bad_writers_a_lost_sidecar_and_nats_down(
                 # malformed marker.
                 config = running.config("west")
                 typo = dataclasses.replace(config.lease, bucket=f"{config.lease.bucket}-typo")
-                rogue = Runtime(dataclasses.replace(config, lease=typo))
+                rogue = Service(dataclasses.replace(config, lease=typo))
                 await rogue.start()
                 try:
                     await rogue.wait_ready(DEADLINE_S)

@@ -16,12 +16,12 @@ from prometheus_client import CollectorRegistry
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, durable_config, sidecar_settings, wait_until
-from sidecar.api.errors import NotFound
 from sidecar.config import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats import jsapi
 from sidecar.nats.topology import apply_topology
 from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound
 from tests.support.runtime_servers import ServerProcess
 from tests.support.scenario_kit import consume
 
@@ -179,7 +179,7 @@ async def test_a_failed_listing_drops_nothing(tmp_path: Path) -> None:
         "grpc": {"listen": "127.0.0.1:0"},
         "http": {"listen": "127.0.0.1:0"},
     }
-    runtime = Runtime(Config.from_mapping(settings), serve=False)
+    runtime = Runtime(Config.from_mapping(settings))
     try:
         nc = await nats.connect(server.url)
         try:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import Config
+from sidecar.metrics import SidecarMetrics
 from sidecar.naming import name_in_stream, region_in_stream
 from sidecar.runtime.discovery import found_streams
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import NatsConfig
+from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.nats_port import NatsPort

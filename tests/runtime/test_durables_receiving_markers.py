@@ -17,8 +17,8 @@ from structlog.testing import capture_logs
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.api.errors import NotFound
-from sidecar.runtime import Runtime
+from sidecar.api.service import Service
+from sidecar.runtime.errors import NotFound
 from tests.support.rsub_process import rsub_command
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ REPLICATED = {"rsub.replicate": "true"}
 @contextlib.asynccontextmanager
 async def west_sidecar(
     cluster: LocalSuperCluster,
-) -> AsyncIterator[tuple[Runtime, JetStreamContext]]:
+) -> AsyncIterator[tuple[Service, JetStreamContext]]:
     """West's sidecar alone, and a JetStream context of west."""
     async with RegionSidecars(cluster, streams=[STREAM], regions=["west"]) as sidecars:
         nc = await nats.connect(cluster.servers("west"))
@@ -47,7 +47,7 @@ async def durable(js: JetStreamContext, name: str, **config: Any) -> None:
     )
 
 
-def gauge(runtime: Runtime) -> float | None:
+def gauge(runtime: Service) -> float | None:
     return runtime.metrics.registry.get_sample_value(
         "rsub_durables_receiving_markers", {"stream": STREAM}
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sidecar.api.metrics import SidecarMetrics
+from sidecar.metrics import SidecarMetrics
 from sidecar.protocol import (
     MachineConfig,
     Marker,

@@ -178,7 +178,7 @@ async def sidecar(server: ServerProcess, vs: VirtualStream) -> AsyncIterator[Run
             "http": {"listen": "127.0.0.1:0"},
         }
     )
-    runtime = Runtime(config, apply_topology=False, serve=False)
+    runtime = Runtime(config, apply_topology=False)
     try:
         await runtime.start()
         await runtime.wait_ready(30)

@@ -21,11 +21,11 @@ from nats.js.errors import NotFoundError
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import READY_TIMEOUT_S, sidecar_settings, wait_until
-from sidecar.api.errors import NotFound
 from sidecar.config import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats import signals
 from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound
 from tests.support.scenario_kit import snapshot_past_data
 
 pytestmark = pytest.mark.integration
@@ -47,9 +47,7 @@ def config(cluster: LocalSuperCluster, region: str, sweep_intervals: int) -> Con
 async def sidecars(
     cluster: LocalSuperCluster, sweep_intervals: int
 ) -> AsyncIterator[dict[str, Runtime]]:
-    runtimes = {
-        r: Runtime(config(cluster, r, sweep_intervals), serve=False) for r in cluster.regions
-    }
+    runtimes = {r: Runtime(config(cluster, r, sweep_intervals)) for r in cluster.regions}
     try:
         for runtime in runtimes.values():
             await runtime.start()
@@ -205,7 +203,7 @@ async def test_a_cursor_committed_through_a_follower_reaches_the_leader(
 ) -> None:
     async with sidecars(cluster2, NEVER) as runtimes:
         west = await nats.connect(cluster2.servers("west"))
-        follower = Runtime(config(cluster2, "west", NEVER), serve=False)
+        follower = Runtime(config(cluster2, "west", NEVER))
         try:
             await publish(west.jetstream(), [b"a", b"b"])
             await settled(runtimes["west"])

@@ -26,7 +26,7 @@ async def test_not_ready_while_a_stream_is_being_rebuilt(
         await rebuild(self)
 
     monkeypatch.setattr(StreamDriver, "rebuild", held)
-    runtime = Runtime(RegionSidecars(cluster2, regions=["west"]).config("west"), serve=False)
+    runtime = Runtime(RegionSidecars(cluster2, regions=["west"]).config("west"))
     await runtime.start()
     try:
 

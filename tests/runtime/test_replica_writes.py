@@ -23,9 +23,9 @@ from rsub_dev.ports import HOST
 from rsub_dev.proxy import LinkProxy
 from rsub_dev.sidecars import RegionSidecars, durable_config, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.api.errors import NotFound
+from sidecar.api.service import Service
 from sidecar.naming import VirtualStream
-from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound
 from spark_jobs.rsub_spark.cursor import SidecarClient
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ DURABLE = "app"
 
 
 @asynccontextmanager
-async def balancer(*replicas: Runtime) -> AsyncIterator[LinkProxy]:
+async def balancer(*replicas: Service) -> AsyncIterator[LinkProxy]:
     ports = [r.grpc_port for r in replicas]
     assert None not in ports, "every replica must serve gRPC"
     proxy = LinkProxy("west-sidecars", None, [(HOST, p) for p in ports if p is not None])
@@ -58,7 +58,7 @@ async def new_connection(
         yield api_pb2_grpc.CursorServiceStub(channel), api_pb2_grpc.AdminServiceStub(channel)
 
 
-async def mark_delete(runtime: Runtime, subscription: str) -> int | None:
+async def mark_delete(runtime: Service, subscription: str) -> int | None:
     try:
         return (await runtime.get_subscription(STREAM, subscription)).mark_delete
     except NotFound:

@@ -107,7 +107,7 @@ async def test_runtime_reports_a_refused_password_instead_of_getting_ready(
             "streams": [{"name": "orders"}],
         }
     )
-    runtime = Runtime(config, serve=False)
+    runtime = Runtime(config)
     try:
         await runtime.start()
         with pytest.raises(NatsRefused) as info:

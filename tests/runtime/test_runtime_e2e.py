@@ -16,10 +16,10 @@ from nats.js.errors import NotFoundError, ServiceUnavailableError
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.api.backend import SubscriptionView
-from sidecar.api.errors import NotFound, NotLeader, Unavailable
 from sidecar.nats.cursors import CursorStore
 from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound, NotLeader, Unavailable
+from sidecar.runtime.views import SubscriptionView
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from nats.js.errors import NotFoundError
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, durable_config, read_stored, wait_until
-from sidecar.api.errors import NotFound
 from sidecar.naming import VirtualStream
 from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound
 from tests.support.nats_users import (
     ADMIN,
     STREAM,

@@ -28,9 +28,9 @@ from rsub_dev.cluster import ClusterFactory
 from rsub_dev.failback import DURABLE, STREAM, FailbackOutcome, FailbackRun, failback
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from rsub_dev.workload import Workload
-from sidecar.api.errors import NotFound
 from sidecar.naming import VirtualStream
 from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound
 from tests.support.scenario_kit import (
     DEADLINE_S,
     INTERVAL_MS,

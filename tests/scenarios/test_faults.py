@@ -26,9 +26,9 @@ from rsub_dev.sidecars import (
     wait_until,
 )
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.service import Service
 from sidecar.naming import VirtualStream
 from sidecar.protocol import Marker, Request, Response, Snapshot, SnapshotId, decode, encode
-from sidecar.runtime import Runtime
 from tests.support.scenario_kit import (
     DEADLINE_S,
     INTERVAL_MS,
@@ -243,7 +243,7 @@ async def test_leader_killed_follower_takes_over_old_epoch_is_fenced(
         clients(cluster) as nc,
     ):
         west_js = nc["west"].jetstream()
-        east: Runtime = running["east"]
+        east: Service = running["east"]
         old_epoch = (await status_of(leader.grpc_port)).streams[0].leader_epoch
         assert old_epoch > 0 and not follower.is_leader
         await create_durable(west_js, vs, "west", DURABLE)
@@ -260,7 +260,7 @@ async def test_leader_killed_follower_takes_over_old_epoch_is_fenced(
         await publish(west_js, vs, "west", [b"c"])
         await snapshot_past_data(nc["west"], follower, vs)
 
-        async def stale(runtime: Runtime) -> float:
+        async def stale(runtime: Service) -> float:
             return await metric(
                 runtime, "rsub_markers_rejected_total", stream=STREAM, reason="stale_epoch"
             )

@@ -25,10 +25,10 @@ import pytest
 from rsub_dev.cluster import ClusterFactory
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from rsub_dev.workload import ReadStreamLedger, Workload, lose_region, wait_settled
-from sidecar.api.errors import NotFound
 from sidecar.exact import progress_of
 from sidecar.naming import VirtualStream
 from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound
 from tests.support.scenario_kit import (
     DEADLINE_S,
     INTERVAL_MS,

@@ -14,8 +14,8 @@ from nats.aio.client import Client
 from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, read_stored, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.service import Service
 from sidecar.naming import VirtualStream
-from sidecar.runtime import Runtime
 from tests.support.scenario_kit import (
     DEADLINE_S,
     INTERVAL_MS,
@@ -47,7 +47,7 @@ def sidecars(cluster: LocalSuperCluster) -> RegionSidecars:
     )
 
 
-async def state_in(runtime: Runtime) -> api_pb2.GetSubscriptionResponse:
+async def state_in(runtime: Service) -> api_pb2.GetSubscriptionResponse:
     """The durable's `GetSubscription` answer from `runtime`'s gRPC server."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runtime.grpc_port}") as channel:
         state: api_pb2.GetSubscriptionResponse = await api_pb2_grpc.CursorServiceStub(
@@ -56,7 +56,7 @@ async def state_in(runtime: Runtime) -> api_pb2.GetSubscriptionResponse:
         return state
 
 
-async def progress_in(runtime: Runtime, progress: dict[str, int]) -> bool:
+async def progress_in(runtime: Service, progress: dict[str, int]) -> bool:
     """Whether the durable's state in `runtime` has `progress` and an exposure (the exposure is
     read with the positions, after the vector came)."""
     state = await state_in(runtime)

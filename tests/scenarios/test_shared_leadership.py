@@ -19,10 +19,10 @@ import pytest
 from rsub_dev.cluster import ClusterFactory
 from rsub_dev.sidecars import RegionSidecars, SidecarProcess, sidecar_settings, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.api.errors import NotLeader
+from sidecar.api.service import Service
 from sidecar.naming import VirtualStream
 from sidecar.protocol import Marker, Request, SnapshotId, encode
-from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotLeader
 from tests.support.scenario_kit import (
     DEADLINE_S,
     INTERVAL_MS,
@@ -54,7 +54,7 @@ async def status_of(port: int) -> api_pb2.StatusResponse:
         return status
 
 
-def led_by(runtime: Runtime) -> set[str]:
+def led_by(runtime: Service) -> set[str]:
     return {s for s in STREAMS if runtime.leadership(s).leader}
 
 
@@ -179,7 +179,7 @@ async def test_three_replicas_share_thirty_streams_and_take_over_a_killed_ones(
         await publish(west_js, vs, "west", after)
         await snapshot_past_data(nc["west"], new_leader, vs)
 
-        async def stale(runtime: Runtime) -> float:
+        async def stale(runtime: Service) -> float:
             return await metric(
                 runtime, "rsub_markers_rejected_total", stream=victim, reason="stale_epoch"
             )

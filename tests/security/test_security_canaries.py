@@ -37,8 +37,8 @@ import structlog
 from rsub_dev.ports import HOST, free_ports, refusing_socket
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.client import call_metadata
+from sidecar.api.service import Service
 from sidecar.config import Config
-from sidecar.runtime import Runtime
 from spark_jobs.rsub_spark.cursor import SidecarClient
 from spark_jobs.rsub_spark.nats_read import NatsSession, stream_bounds
 from spark_jobs.rsub_spark.options import parse_options
@@ -510,7 +510,7 @@ async def test_spark_source_clients(
     server = started_server(tmp_path / "nats", users("spark", secrets.password))
     closed = refusing_socket()
     nowhere = f"{HOST}:{closed.getsockname()[1]}"
-    sidecar = Runtime(
+    sidecar = Service(
         Config.from_mapping(
             {
                 "region": "west",

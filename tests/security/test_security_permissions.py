@@ -208,7 +208,7 @@ async def test_a_missing_permission_is_named_at_start(
     lacking = sidecar_user("west").without(missing)
     await restrict(cluster, [lacking])
     settings = sidecar_settings(cluster, "west", streams=[STREAM], credentials=credentials(lacking))
-    sidecar = Runtime(Config.from_mapping(settings), serve=False)
+    sidecar = Runtime(Config.from_mapping(settings))
     with structlog.testing.capture_logs() as events:
         await sidecar.start()
         try:

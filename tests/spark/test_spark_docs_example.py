@@ -22,8 +22,8 @@ import pytest
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, durable_config, wait_until
-from sidecar.api.errors import NotFound
 from sidecar.naming import VirtualStream
+from sidecar.runtime.errors import NotFound
 from tests.support.spark_helpers import publish_orders, wait_sourced
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

@@ -23,7 +23,10 @@ from typing import Any
 import grpc
 
 from sidecar._gen.rsub.v1 import api_pb2
-from sidecar.api.backend import (
+from sidecar.api.grpc_server import CURSOR_SERVICE
+from sidecar.protocol import SubscriptionKind
+from sidecar.runtime.errors import FailedPrecondition, NotFound, NotLeader, Unavailable
+from sidecar.runtime.views import (
     AppliedUpdateView,
     CursorResetView,
     Readiness,
@@ -33,9 +36,6 @@ from sidecar.api.backend import (
     StreamStatusView,
     SubscriptionView,
 )
-from sidecar.api.errors import FailedPrecondition, NotFound, NotLeader, Unavailable
-from sidecar.api.grpc_server import CURSOR_SERVICE
-from sidecar.protocol import SubscriptionKind
 
 STREAM = "orders"
 SUBSCRIPTION = "billing"

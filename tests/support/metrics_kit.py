@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sidecar.api.metrics import SidecarMetrics
+from sidecar.metrics import SidecarMetrics
 
 
 def touch_every_metric(metrics: SidecarMetrics) -> None:

@@ -12,7 +12,7 @@ import promql_parser
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.api.metrics import SidecarMetrics
+from sidecar.metrics import SidecarMetrics
 from tests.support.metrics_kit import touch_every_metric
 
 API_DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"

@@ -21,10 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, durable_config, read_stored, wait_until
-from sidecar.api.backend import SnapshotView
-from sidecar.api.errors import NotFound
+from sidecar.api.service import Service
 from sidecar.naming import VirtualStream
 from sidecar.runtime import Runtime
+from sidecar.runtime.errors import NotFound
+from sidecar.runtime.views import SnapshotView
 
 # Short enough that scenarios finish quickly, long enough for a loaded 2-core machine.
 INTERVAL_MS = 200
@@ -221,7 +222,7 @@ async def ack_floor(js: JetStreamContext, vs: VirtualStream, region: str, durabl
     return int(info.ack_floor.stream_seq) if info.ack_floor is not None else 0
 
 
-async def metrics(runtime: Runtime) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+async def metrics(runtime: Service) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """The runtime's /metrics, scraped over HTTP: (sample name, labels) -> value."""
     url = f"http://127.0.0.1:{runtime.http_port}/metrics"
     async with aiohttp.ClientSession() as http, http.get(url) as resp:
@@ -233,7 +234,7 @@ async def metrics(runtime: Runtime) -> dict[tuple[str, frozenset[tuple[str, str]
     }
 
 
-async def metric(runtime: Runtime, name: str, **labels: str) -> float:
+async def metric(runtime: Service, name: str, **labels: str) -> float:
     """Sum of the samples of `name` whose labels include `labels` (0 when absent)."""
     wanted = set(labels.items())
     return sum(v for (n, ls), v in (await metrics(runtime)).items() if n == name and wanted <= ls)

@@ -28,18 +28,18 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from rsub_dev.cluster import find_nats_server
-from sidecar.api.backend import (
+from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
+from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM, VirtualStream
+from sidecar.nats.topology import apply_topology
+from sidecar.protocol import SubscriptionKind
+from sidecar.runtime.errors import NotFound, Unavailable
+from sidecar.runtime.views import (
     CursorResetView,
     Readiness,
     SnapshotView,
     StatusView,
     SubscriptionView,
 )
-from sidecar.api.errors import NotFound, Unavailable
-from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
-from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM, VirtualStream
-from sidecar.nats.topology import apply_topology
-from sidecar.protocol import SubscriptionKind
 
 REGIONS = ("west", "east")
 

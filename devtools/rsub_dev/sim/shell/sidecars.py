@@ -12,8 +12,8 @@ from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimPort
 from rsub_dev.sim.shell.checks import Checks, Fencing, fenced
 from rsub_dev.sim.shell.params import SHARDS, STREAM, ShellParams
-from sidecar.api.metrics import SidecarMetrics
 from sidecar.config import NatsConfig
+from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.cursors import CursorStore
