@@ -2,20 +2,24 @@
 what it costs.
 
 Usage: .venv/bin/python bench/bench_progress_cadence.py [--streams 100,1000] [--loaded 100]
-       [--cadences 1000,250,100] [--failovers 3] [--rate 100] [--seconds 20]
+       [--cadences 1000,250,100] [--failovers 3] [--rate 100] [--stream-rate 1]
+       [--seconds 20]
 
 For each `--streams` count, a local two-region super-cluster (west, east) with that many
 virtual streams, each with one replicated durable `app` in west. The first `--loaded` of
 them are loaded: the first gets `--rate` msg/s in west for the failovers (its `app` is not
-consumed), the others one message per second in west each, and their `app` is consumed and
-acked there all along (their progress moves, so their vectors go out); the rest stay idle.
+consumed), the others `--stream-rate` msg/s in west each, and their `app` is consumed and
+acked there all along (their progress moves, so their vectors go out: at most one per
+stream and cadence, so a stream consumed less often than the cadence costs the same at
+every cadence); the rest stay idle.
 
 Each cadence in turn (1 s snapshot interval; the settings take turns on the same cluster and
 streams, never at once), both sidecars run as `rsub run` processes with that
 `progress.interval_ms`, and `--failovers` failovers are made of a fresh durable of the
 first stream, one after the other:
 - the durable is consumed steadily in west (with the first failover, for a `--seconds`
-  window in which west's sidecar CPU, east's, the servers', the markers west's write
+  window in which the CPU of west's sidecar, east's, the servers and this bench (the
+  application: producers and consumers), the markers west's write
   streams received, updates sent and position reads are measured; from /proc and /metrics);
 - west is lost at a random moment: its sidecar SIGKILLed and its application stopped at
   once (west's servers stay up, for the next failover: an update already stored in west's
@@ -54,6 +58,7 @@ from bench_sidecar_footprint import (
     SNAPSHOT_TIMEOUT_S,
     bounded,
     cpu_seconds,
+    cpu_wait_seconds,
     metric_totals,
     server_pids,
     warm_up,
@@ -103,6 +108,9 @@ class Setting:
     west_cpu: float = 0.0
     east_cpu: float = 0.0
     servers_cpu: float = 0.0
+    bench_cpu: float = 0.0
+    west_waited: float = 0.0
+    """Share of the window west's sidecar was ready to run but waited for a CPU."""
     load: float = 0.0
 
 
@@ -136,11 +144,13 @@ async def measure(
     """CPU, markers, updates and reads over an `args.seconds` window (counts read outside it:
     a scrape at 1,000 streams costs the sidecar about a second of CPU)."""
     counted_at, before = await counters(west, js, streams)
-    pids = [west.pid, east.pid, *servers]
+    pids = [west.pid, east.pid, os.getpid(), *servers]
     cpu = [cpu_seconds(p) for p in pids]
+    waited = cpu_wait_seconds(west.pid)
     started = time.monotonic()
     await asyncio.sleep(args.seconds)
     used = [cpu_seconds(p) - c for p, c in zip(pids, cpu, strict=True)]
+    waited = cpu_wait_seconds(west.pid) - waited
     elapsed = time.monotonic() - started
     setting.load = os.getloadavg()[0]
     ended_at, after = await counters(west, js, streams)
@@ -148,7 +158,8 @@ async def measure(
     setting.markers_per_s, setting.updates_per_s, setting.reads_per_s = rates[:3]
     setting.snapshots_per_s = rates[3]
     setting.west_cpu, setting.east_cpu = 100 * used[0] / elapsed, 100 * used[1] / elapsed
-    setting.servers_cpu = 100 * sum(used[2:]) / elapsed
+    setting.bench_cpu, setting.servers_cpu = 100 * used[2] / elapsed, 100 * sum(used[3:]) / elapsed
+    setting.west_waited = 100 * waited / elapsed
 
 
 async def settled_vector(east: SidecarProcess, vs: VirtualStream, durable: str) -> dict[str, int]:
@@ -299,10 +310,10 @@ async def run_setting(
 async def background(
     conns: dict[str, Client], streams: Sequence[VirtualStream], args: argparse.Namespace
 ) -> tuple[list[Producer], list[Consumer], list[asyncio.Task[None]]]:
-    """`--rate` msg/s in west on the first stream (its failovers' durables), one msg/s on each
-    of the next `--loaded` - 1 with their `app` consumed there."""
+    """`--rate` msg/s in west on the first stream (its failovers' durables), `--stream-rate`
+    on each of the next `--loaded` - 1 with their `app` consumed there."""
     loaded = streams[1 : args.loaded]
-    producers = [Producer(conns["west"], vs, "west", 1.0) for vs in loaded]
+    producers = [Producer(conns["west"], vs, "west", args.stream_rate) for vs in loaded]
     producers.append(Producer(conns["west"], streams[0], "west", args.rate))
     consumers = [Consumer(APP) for _ in loaded]
     tasks = [asyncio.create_task(p.run()) for p in producers]
@@ -351,25 +362,31 @@ async def run(args: argparse.Namespace, count: int, directory: Path) -> list[Set
     return settings
 
 
-def table(count: int, loaded: int, settings: Sequence[Setting]) -> list[str]:
+def table(
+    count: int, loaded: int, stream_rate: float, rate: float, settings: Sequence[Setting]
+) -> list[str]:
     lines = [
-        f"{count} streams ({loaded} loaded), 1 s snapshot interval:",
+        f"{count} streams ({loaded} loaded: {stream_rate:g} msg/s each, the first {rate:g}),"
+        " 1 s snapshot interval:",
         "| progress every | exact client's duplicates per failover (mean) | west consumed "
         "per failover | markers/s written by west | updates sent/s | position reads/s "
-        "| snapshots/s | west's sidecar CPU | east's sidecar CPU | servers CPU | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| snapshots/s | west's sidecar CPU | east's sidecar CPU | servers CPU | bench CPU "
+        "| west waited for a CPU | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in settings:
         dups = [f.duplicates for f in s.failovers]
         checks = [f.uncovered for f in s.failovers]
         lost = sum(f.lost for f in s.failovers)
         lines.append(
-            f"| {s.cadence_ms} ms | {', '.join(map(str, dups))} ({statistics.mean(dups):.0f};"
+            f"| {s.cadence_ms} ms | {', '.join(map(str, dups))} (mean {statistics.mean(dups):.0f}, {statistics.mean(dups) / rate:.2f} s of"
+            f" consumption;"
             f" uncovered {', '.join(map(str, checks))}; lost {lost}) "
             f"| {', '.join(str(f.west_consumed) for f in s.failovers)} "
             f"| {s.markers_per_s:.1f} | {s.updates_per_s:.1f} | {s.reads_per_s:.1f} "
             f"| {s.snapshots_per_s:.1f} | {s.west_cpu:.1f} % | {s.east_cpu:.1f} % "
-            f"| {s.servers_cpu:.1f} % | {s.load:.1f} |"
+            f"| {s.servers_cpu:.1f} % | {s.bench_cpu:.1f} % | {s.west_waited:.0f} % "
+            f"| {s.load:.1f} |"
         )
     return lines
 
@@ -391,6 +408,9 @@ def main() -> None:
     parser.add_argument("--cadences", type=positive_ints, default=[1000, 250, 100])
     parser.add_argument("--failovers", type=int, default=3, help="per cadence")
     parser.add_argument("--rate", type=float, default=100.0, help="msg/s on the failover stream")
+    parser.add_argument(
+        "--stream-rate", type=float, default=1.0, help="msg/s on each other loaded stream"
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="the measured window")
     args = parser.parse_args()
     configure_logging("console", "error", stream=sys.stderr)  # figures alone on stdout
@@ -398,7 +418,8 @@ def main() -> None:
     for count in args.streams:
         with tempfile.TemporaryDirectory(prefix="bench-cadence-") as tmp:
             settings = asyncio.run(run(args, count, Path(tmp)))
-        tables.append(table(count, min(args.loaded, count), settings))
+        loaded = min(args.loaded, count)
+        tables.append(table(count, loaded, args.stream_rate, args.rate, settings))
         print("\n".join(tables[-1]), flush=True)
     print("\n\n".join("\n".join(t) for t in tables))
 
