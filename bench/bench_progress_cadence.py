@@ -48,7 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -287,39 +287,43 @@ async def run_setting(
     west, east = process("west"), process("east")
     try:
         # East first: a first snapshot west started before east answers would time out.
+        # The load starts once both have rebuilt every stream (at 1,000 streams a rebuild
+        # under it outlasted the 600 s limit on this machine).
         for proc in (east, west):
             await proc.start()
             await proc.wait_ready(READY_TIMEOUT_S)
-        for k in range(args.failovers):
-            if k > 0:
-                await west.start()
-                await west.wait_ready(READY_TIMEOUT_S)
-            # The first failover's durable is consumed in west through the measured window.
-            meanwhile = (
-                measure(setting, west, east, conns["west"].jetstream(), streams, servers, args)
-                if k == 0
-                else asyncio.sleep(WARM_S)
-            )
-            durable = f"f{cadence_ms}-{k}"
-            outcome = await failover(conns, west, east, streams[0], durable, meanwhile)
-            setting.failovers.append(outcome)
-            print(
-                f"{len(streams)} streams, progress every {cadence_ms} ms, failover {k + 1}: "
-                f"west consumed {outcome.west_consumed}, exact client's duplicates in east "
-                f"{outcome.duplicates} (not covered by east's vector: {outcome.uncovered}), "
-                f"lost {outcome.lost}",
-                flush=True,
-            )
+        async with background(conns, streams, args):
+            for k in range(args.failovers):
+                if k > 0:
+                    await west.start()
+                    await west.wait_ready(READY_TIMEOUT_S)
+                # The first failover's durable is consumed in west through the measured window.
+                meanwhile = (
+                    measure(setting, west, east, conns["west"].jetstream(), streams, servers, args)
+                    if k == 0
+                    else asyncio.sleep(WARM_S)
+                )
+                durable = f"f{cadence_ms}-{k}"
+                outcome = await failover(conns, west, east, streams[0], durable, meanwhile)
+                setting.failovers.append(outcome)
+                print(
+                    f"{len(streams)} streams, progress every {cadence_ms} ms, failover {k + 1}: "
+                    f"west consumed {outcome.west_consumed}, exact client's duplicates in east "
+                    f"{outcome.duplicates} (not covered by east's vector: {outcome.uncovered}), "
+                    f"lost {outcome.lost}",
+                    flush=True,
+                )
     finally:
         await asyncio.gather(west.stop(), east.stop())
     return setting
 
 
+@contextlib.asynccontextmanager
 async def background(
     conns: dict[str, Client], streams: Sequence[VirtualStream], args: argparse.Namespace
-) -> tuple[list[Producer], list[Consumer], list[asyncio.Task[None]]]:
-    """`--rate` msg/s in west on the first stream (its failovers' durables), `--stream-rate`
-    on each of the next `--loaded` - 1 with their `app` consumed there."""
+) -> AsyncIterator[None]:
+    """While inside: `--rate` msg/s in west on the first stream (its failovers' durables),
+    `--stream-rate` on each of the next `--loaded` - 1 with their `app` consumed there."""
     loaded = streams[1 : args.loaded]
     producers = [Producer(conns["west"], vs, "west", args.stream_rate) for vs in loaded]
     producers.append(Producer(conns["west"], streams[0], "west", args.rate))
@@ -329,7 +333,14 @@ async def background(
         asyncio.create_task(c.run(conns["west"], vs, "west"))
         for c, vs in zip(consumers, loaded, strict=True)
     ]
-    return producers, consumers, tasks
+    try:
+        yield
+    finally:
+        for producer in producers:
+            producer.stopped.set()
+        for consumer in consumers:
+            consumer.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run(args: argparse.Namespace, count: int, directory: Path) -> list[Setting]:
@@ -337,9 +348,6 @@ async def run(args: argparse.Namespace, count: int, directory: Path) -> list[Set
     async with LocalSuperCluster(REGIONS, directory / "cluster") as cluster:
         conns = {r: await nats.connect(cluster.servers(r)) for r in REGIONS}
         js = conns["west"].jetstream()
-        producers: list[Producer] = []
-        consumers: list[Consumer] = []
-        tasks: list[asyncio.Task[None]] = []
         try:
             started = time.monotonic()
             await bounded(apply_topology(conns["west"], vs) for vs in streams)
@@ -353,21 +361,14 @@ async def run(args: argparse.Namespace, count: int, directory: Path) -> list[Set
                 flush=True,
             )
             servers = server_pids(directory / "cluster")
-            producers, consumers, tasks = await background(conns, streams, args)
-            settings = [
+            return [
                 await run_setting(
                     args, cluster, conns, streams, servers, cadence, directory / f"p{cadence}"
                 )
                 for cadence in args.cadences
             ]
         finally:
-            for producer in producers:
-                producer.stopped.set()
-            for consumer in consumers:
-                consumer.stop()
-            await asyncio.gather(*tasks, return_exceptions=True)
             await asyncio.gather(*(nc.close() for nc in conns.values()))
-    return settings
 
 
 def table(
