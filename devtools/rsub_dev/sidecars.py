@@ -242,11 +242,13 @@ def sidecar_settings(
     log_level: str = "warning",
     credentials: tuple[str, str] | None = None,
     progress: bool = True,
+    progress_interval_ms: int | None = None,
     failback_hold_s: float | None = None,
 ) -> dict[str, Any]:
     """The configuration mapping of `region`'s sidecar on `cluster` (YAML-serialisable);
     `credentials` are the NATS user and password it connects with; `progress=False` makes it
-    PIP-33 only; `lease_shards` (default: the sidecar's) is the number of shards the replicas
+    PIP-33 only, `progress_interval_ms` (default: the sidecar's, the snapshot interval) its
+    vectors' cadence; `lease_shards` (default: the sidecar's) is the number of shards the replicas
     of a region share, 1 for one leader of every stream and the others standing by;
     `failback_hold_s` (default: the sidecar's) limits the failback guard, 0 turns it off."""
     nats: dict[str, Any] = {"servers": cluster.servers(region)}
@@ -258,7 +260,8 @@ def sidecar_settings(
         "nats": nats,
         "streams": [{"name": name} for name in streams],
         "snapshot": {"interval_ms": interval_ms, "timeout_s": timeout_s},
-        "progress": {"enabled": progress},
+        "progress": {"enabled": progress}
+        | ({"interval_ms": progress_interval_ms} if progress_interval_ms is not None else {}),
         "failback": {} if failback_hold_s is None else {"hold_s": failback_hold_s},
         "lease": {"ttl_s": lease_ttl_s}
         | ({"shards": lease_shards} if lease_shards is not None else {}),
