@@ -30,6 +30,7 @@ from sidecar.runtime.driver import StreamDriver
 from tests.protocol.test_protocol_sim import (
     AcceptsStaleEpochs,
     IgnoresOwnRequest,
+    KeepsLeading,
     PartialOnTimeout,
     PositionFromOwnOrigin,
     ReportsMoveWhenAsked,
@@ -276,6 +277,7 @@ def _frozen(seed: int) -> ShellParams:
         (PositionFromOwnOrigin, _drawn, "moved over unconsumed data:"),
         (ReportsMoveWhenAsked, _drawn, "reported:"),
         (AcceptsStaleEpochs, _frozen, "fencing:"),
+        (KeepsLeading, _frozen, "fencing:"),
     ],
 )
 def test_the_runtime_world_catches_a_broken_machine(
@@ -287,3 +289,20 @@ def test_the_runtime_world_catches_a_broken_machine(
             assert result.violation.startswith(symptom), result.report()
             return
     pytest.fail(f"{machine.__name__} not caught in {CORE_BUDGET} seeds")
+
+
+def test_a_lost_lease_steps_down_the_machine_the_driver_runs() -> None:
+    """The driver steps a replica down through its own machine's `became_follower` (a
+    variant's override included), not `StreamMachine`'s: in a calm run with two replicas
+    per region nobody leads and loses it, so only the lease's reports step anyone down."""
+    stepped: list[int] = []
+
+    class Recorded(StreamMachine):
+        def became_follower(self) -> list[Output]:
+            stepped.append(self.epoch)
+            return super().became_follower()
+
+    calm = dataclasses.replace(_frozen(0), freezes=False, action_failures=0.0, run_ms=3_000)
+    result = run_shell(0, calm, machine_factory=Recorded)
+    assert result.violation is None, result.report()
+    assert len(stepped) >= calm.regions, stepped

@@ -4,7 +4,8 @@ it stands (no request: no fault, no delay)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.shell.ledger import Ledger
@@ -13,6 +14,7 @@ from rsub_dev.simjs import ConsumerInfo, SimJetStream
 from sidecar.naming import VirtualStream
 from sidecar.nats.origin_log import data_entry
 from sidecar.protocol import (
+    Action,
     Marker,
     MarkerIgnored,
     MarkerRejected,
@@ -173,7 +175,8 @@ class Fencing:
     """Fencing (docs/protocol.md §2), for one incarnation of one sidecar replica (`name`): a
     marker whose epoch is below one its writer's region already wrote, as fed to it, changes
     nothing (no action, nothing applied); once fed a marker its own region wrote with a newer
-    epoch than its own, it publishes no marker of its old epoch again."""
+    epoch than its own, it publishes no marker of its old epoch again, nor moves or creates a
+    consumer while its machine still has that epoch."""
 
     def __init__(self, world: LoopWorld[ShellParams], name: str, region: str) -> None:
         self._world = world
@@ -198,6 +201,27 @@ class Fencing:
             self.deposed = machine.epoch
             self._world.stats["deposed"] += 1
 
+    def asked(self, machine: StreamMachine, outputs: list[Output]) -> None:
+        """What its machine asks for after an input: nothing to publish or move once it was
+        fed its region's newer epoch (while it still has its old one)."""
+        if self.deposed is None or machine.epoch > self.deposed:
+            return
+        action = next((o for o in outputs if isinstance(o, Action)), None)
+        if action is not None:
+            raise self._world.fail(
+                f"fencing: {self._name} asks for {type(action).__name__} with epoch "
+                f"{machine.epoch} after it read its region's newer epoch"
+            )
+
+    def moving(self, epoch: int, what: str) -> None:
+        """It starts moving or creating a consumer (`what`) with its machine at `epoch`
+        (checked as the request goes out)."""
+        if self.deposed is not None and epoch <= self.deposed:
+            raise self._world.fail(
+                f"fencing: {self._name} {what} with epoch {epoch} after it read its region's "
+                f"newer epoch"
+            )
+
     def publishing(self, marker: Marker) -> None:
         """It starts publishing `marker` (checked as the request goes out)."""
         if self.deposed is not None and marker.epoch <= self.deposed:
@@ -207,12 +231,25 @@ class Fencing:
             )
 
 
+_INPUTS = ("tick", "marker_seen", "positions_listed", "action_done", "action_failed")
+"""The machine's methods every input of the runtime goes through (the driver posts some
+unbound, `StreamMachine.interval` and `marker_read`, which call these on the machine)."""
+
+
 def fenced(factory: type[StreamMachine], fencing: Fencing) -> type[StreamMachine]:
-    """`factory`'s machines, each decoded marker they are fed checked (`Fencing.fed`)."""
+    """`factory`'s machines, each decoded marker they are fed checked (`Fencing.fed`), and
+    what they ask for after every input (`Fencing.asked`)."""
 
-    def marker_seen(machine: StreamMachine, read_seq: int, marker: Marker) -> list[Output]:
-        outputs = factory.marker_seen(machine, read_seq, marker)
-        fencing.fed(machine, marker, outputs)
-        return outputs
+    def wrap(name: str) -> Callable[..., list[Output]]:
+        method = getattr(factory, name)
 
-    return type(f"Fenced{factory.__name__}", (factory,), {"marker_seen": marker_seen})
+        def checked(machine: StreamMachine, *args: Any, **kwargs: Any) -> list[Output]:
+            outputs: list[Output] = method(machine, *args, **kwargs)
+            if name == "marker_seen":
+                fencing.fed(machine, args[1], outputs)
+            fencing.asked(machine, outputs)
+            return outputs
+
+        return checked
+
+    return type(f"Fenced{factory.__name__}", (factory,), {n: wrap(n) for n in _INPUTS})

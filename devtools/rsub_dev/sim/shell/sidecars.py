@@ -36,6 +36,8 @@ class CheckedPort(SimPort):
         self._region = region
         self.fencing: Fencing | None = None
         """The running incarnation's (`Sidecar.start`)."""
+        self.machine: Callable[[], StreamMachine | None] = lambda: None
+        """The running incarnation's machine (`Sidecar.start`)."""
 
     async def publish(self, stream: str, subject: str, data: bytes, msg_id: str) -> Published:
         """A marker, checked as it goes out (fencing) and as it lands: a completed snapshot
@@ -58,9 +60,16 @@ class CheckedPort(SimPort):
 
         return await self._net.call(land)
 
+    def _moving(self, what: str) -> None:
+        machine = self.machine()
+        if self.fencing is not None and machine is not None:
+            self.fencing.moving(machine.epoch, what)
+
     async def consumer_reset(
         self, stream: str, name: str, seq: int, *, timeout_s: float
     ) -> ApiJson:
+        self._moving(f"resets {name}")
+
         def land() -> ApiJson:
             # Checked as the reset lands, against the consumer as it is then.
             self._checks.resetting(self._region, name, seq)
@@ -73,6 +82,8 @@ class CheckedPort(SimPort):
     async def consumer_create(
         self, stream: str, name: str, config: Mapping[str, Any], action: str, *, timeout_s: float
     ) -> ApiJson:
+        if action == "create":
+            self._moving(f"creates {name}")
         reply = await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
         if action == "create":
             self._checks.moved(self._region, name, int(config.get("opt_start_seq", 1)), "create")
@@ -119,6 +130,7 @@ class Sidecar:
         machines = fenced(machine_factory, fencing)
         driver = driver_factory(vs, config, handles, SidecarMetrics(), machines)
         self.driver = driver
+        self.port.machine = lambda: driver.machine
         await driver.rebuild()
         intervals = IntervalLoop(handles, p.interval_ms, sweep_intervals=30)
         ttl_s = p.lease_ttl_ms / 1000
