@@ -29,6 +29,7 @@ from sidecar.protocol import (
 from sidecar.runtime.driver import StreamDriver
 from tests.protocol.test_protocol_sim import (
     AcceptsStaleEpochs,
+    CreatedWhenAsked,
     IgnoresOwnRequest,
     KeepsLeading,
     PartialOnTimeout,
@@ -102,7 +103,21 @@ def _late_updates(seed: int) -> ShellParams:
     )
 
 
-@pytest.mark.parametrize("params", [_drawn, _with_failures, _late_updates])
+def _failing_creations(seed: int) -> ShellParams:
+    """Three regions, half the consumer requests failing from the start (when the copies
+    are created), a short run without crashes or freezes."""
+    return dataclasses.replace(
+        _drawn(seed),
+        regions=3,
+        action_failures=0.5,
+        failover_ms=0,
+        run_ms=6_000,
+        crashes=False,
+        freezes=False,
+    )
+
+
+@pytest.mark.parametrize("params", [_drawn, _with_failures, _late_updates, _failing_creations])
 def test_the_real_runtime_keeps_every_property(params: Callable[[int], ShellParams]) -> None:
     """What the broken variants below are caught with, the real shell passes."""
     for seed in range(8):
@@ -278,6 +293,7 @@ def _frozen(seed: int) -> ShellParams:
         (ReportsMoveWhenAsked, _drawn, "reported:"),
         (AcceptsStaleEpochs, _frozen, "fencing:"),
         (KeepsLeading, _frozen, "fencing:"),
+        (CreatedWhenAsked, _failing_creations, "retried:"),
     ],
 )
 def test_the_runtime_world_catches_a_broken_machine(

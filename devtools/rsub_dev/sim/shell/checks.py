@@ -19,8 +19,10 @@ from sidecar.protocol import (
     MarkerIgnored,
     MarkerRejected,
     Output,
+    PositionsListing,
     Snapshot,
     StreamMachine,
+    SubscriptionAction,
     Update,
 )
 
@@ -33,6 +35,8 @@ class Checks:
         self.consumed: Counter[tuple[str, int]] = Counter()
         """How many times each data message (its origin and origin sequence) was consumed."""
         self._reached: dict[str, int] = {}
+        self.user_changes: Counter[str] = Counter()
+        """Per region, how many times a user reset, deleted or created a durable there."""
         self.ledger = Ledger(vs, js)
 
     @property
@@ -130,10 +134,10 @@ class Checks:
         consumer = self._js.stream(self._vs.read_stream(region)).consumers.get(durable)
         return consumer.info(self._js.now_ms) if consumer is not None else None
 
-    def _standing(self, region: str) -> int | None:
-        """Where the durable stands in `region`: its ack floor extended over what it never
+    def standing(self, region: str, durable: str = DURABLE) -> int | None:
+        """Where `durable` stands in `region`: its ack floor extended over what it never
         delivers (markers), or the stream's end with nothing pending (None: absent)."""
-        info = self.consumer(region, DURABLE)
+        info = self.consumer(region, durable)
         if info is None:
             return None
         stream = self._js.stream(self._vs.read_stream(region))
@@ -141,15 +145,16 @@ class Checks:
         after = next(stream.matching(floor + 1, (self._vs.data_filter(),)), None)
         return stream.last_seq if after is None else after.seq - 1
 
-    def reported(self, machines: Iterable[tuple[str, str, StreamMachine]]) -> None:
+    def reported(self, machines: Iterable[tuple[str, str, StreamMachine, bool]]) -> None:
         """What every replica's machine answers for the durable (`mark_delete`, the API's
         answer), leader or follower, is never beyond where the durable stands; `machines`
-        are (replica, region, machine)."""
-        for name, region, machine in machines:
+        are (replica, region, machine, stale): a stale one (`Replica.stale`) read the
+        durables before their user last changed them, and is excused."""
+        for name, region, machine, stale in machines:
             view = machine.subscription(DURABLE)
-            if view is None or not view.exists or view.mark_delete is None:
+            if stale or view is None or not view.exists or view.mark_delete is None:
                 continue
-            standing = self._standing(region)
+            standing = self.standing(region)
             if standing is None or view.mark_delete > standing:
                 raise self._world.fail(
                     f"reported: {name} reports {DURABLE} at {view.mark_delete}, it stands at "
@@ -231,25 +236,100 @@ class Fencing:
             )
 
 
+class Replica:
+    """The checks of one incarnation of one sidecar replica (`name`) of `region`: fencing
+    (`Fencing`), retried, and how current its machine's view of the user's changes is."""
+
+    def __init__(
+        self, world: LoopWorld[ShellParams], checks: Checks, name: str, region: str
+    ) -> None:
+        self.fencing = Fencing(world, name, region)
+        self._world = world
+        self._checks = checks
+        self._name = name
+        self._region = region
+        self.listed = 0
+        """The user's changes in its region (`Checks.user_changes`) as the last listing of
+        its consumers that landed saw them."""
+        self._applied = 0
+        """... as the listing its machine last took the subscriptions from saw them."""
+        self._owed: dict[str, tuple[SubscriptionAction, int, int]] = {}
+        """Per subscription: a move or creation told failed, the user's changes then, and
+        the current reads its machine applied since without asking for it again."""
+
+    def stale(self) -> bool:
+        """Whether the user changed a durable in its region since its machine last read
+        them: what it reports may be above a copy reset back, or name one deleted."""
+        return self._checks.user_changes[self._region] > self._applied
+
+    def asked(self, machine: StreamMachine, outputs: list[Output]) -> None:
+        self.fencing.asked(machine, outputs)
+        for o in outputs:
+            if isinstance(o, SubscriptionAction):
+                self._owed.pop(o.subscription, None)
+
+    def failed(self, machine: StreamMachine, action: SubscriptionAction) -> None:
+        """Its machine was told `action` failed: owed, while it leads."""
+        if machine.is_leader:
+            changes = self._checks.user_changes[self._region]
+            self._owed[action.subscription] = (action, min(changes, self._applied), 0)
+
+    def listed_applied(
+        self, machine: StreamMachine, listing: PositionsListing, current: bool
+    ) -> None:
+        """Retried: a move or creation told failed is asked for again by the second current
+        positions read (one begun after every creation asked for) its machine applies since,
+        unless the copy got there by itself (a reply lost), its user changed a durable in
+        its region since (the machine then forgets one deleted: the next update creates it
+        again), or it no longer leads."""
+        if not current:
+            return
+        self._applied = self.listed
+        if not machine.is_leader:
+            self._owed.clear()
+            return
+        for name, (action, changes, reads) in list(self._owed.items()):
+            standing = self._checks.standing(self._region, name)
+            if (standing is not None and standing >= action.ack_floor) or self._checks.user_changes[
+                self._region
+            ] > changes:
+                del self._owed[name]
+            elif reads + 1 < 2:
+                self._owed[name] = (action, changes, reads + 1)
+            else:
+                self._world.stats["retries_missed"] += 1
+                raise self._world.fail(
+                    f"retried: {self._name} was told {action} failed and has not asked for it "
+                    f"again in two reads (it stands at {standing})"
+                )
+
+
 _INPUTS = ("tick", "marker_seen", "positions_listed", "action_done", "action_failed")
 """The machine's methods every input of the runtime goes through (the driver posts some
 unbound, `StreamMachine.interval` and `marker_read`, which call these on the machine)."""
 
 
-def fenced(factory: type[StreamMachine], fencing: Fencing) -> type[StreamMachine]:
-    """`factory`'s machines, each decoded marker they are fed checked (`Fencing.fed`), and
-    what they ask for after every input (`Fencing.asked`)."""
+def checked(factory: type[StreamMachine], replica: Replica) -> type[StreamMachine]:
+    """`factory`'s machines, checked after every input: each decoded marker they are fed
+    (`Fencing.fed`), what they ask for (`Replica.asked`), the failures they are told of and
+    the reads they apply (retried)."""
 
     def wrap(name: str) -> Callable[..., list[Output]]:
         method = getattr(factory, name)
 
-        def checked(machine: StreamMachine, *args: Any, **kwargs: Any) -> list[Output]:
+        def inputs(machine: StreamMachine, *args: Any, **kwargs: Any) -> list[Output]:
+            listing = args[0] if name == "positions_listed" else None
+            current = listing is not None and listing.generation == machine.generation
             outputs: list[Output] = method(machine, *args, **kwargs)
             if name == "marker_seen":
-                fencing.fed(machine, args[1], outputs)
-            fencing.asked(machine, outputs)
+                replica.fencing.fed(machine, args[1], outputs)
+            replica.asked(machine, outputs)
+            if name == "action_failed":
+                replica.failed(machine, args[0])
+            if listing is not None:
+                replica.listed_applied(machine, listing, current)
             return outputs
 
-        return checked
+        return inputs
 
-    return type(f"Fenced{factory.__name__}", (factory,), {n: wrap(n) for n in _INPUTS})
+    return type(f"Checked{factory.__name__}", (factory,), {n: wrap(n) for n in _INPUTS})

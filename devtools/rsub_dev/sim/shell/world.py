@@ -183,9 +183,11 @@ class ShellWorld(LoopWorld[ShellParams]):
             await asyncio.sleep(self.p.interval_ms / 1000)
             self.js.settle()
             self.checks.reported(
-                (s.name, s.region, s.driver.machine)
+                (s.name, s.region, s.driver.machine, s.port.replica.stale())
                 for s in self._sidecars
-                if s.driver is not None and s.driver.machine is not None
+                if s.driver is not None
+                and s.driver.machine is not None
+                and s.port.replica is not None
             )
 
     async def _start(self, sidecar: Sidecar) -> None:
