@@ -30,6 +30,8 @@ from sidecar.runtime.driver import StreamDriver
 from tests.protocol.test_protocol_sim import (
     AcceptsStaleEpochs,
     CreatedWhenAsked,
+    ForgetsTrimPoint,
+    IgnoresDeletion,
     IgnoresOwnRequest,
     KeepsLeading,
     PartialOnTimeout,
@@ -117,13 +119,52 @@ def _failing_creations(seed: int) -> ShellParams:
     )
 
 
-@pytest.mark.parametrize("params", [_drawn, _with_failures, _late_updates, _failing_creations])
+def _users(seed: int) -> ShellParams:
+    """Users resetting the durable backwards in its home and deleting it anywhere, with
+    failing requests, crashes and freezes."""
+    return dataclasses.replace(
+        _with_failures(seed), resets=True, deletions=True, crashes=True, freezes=True
+    )
+
+
+def _busy_resets(seed: int) -> ShellParams:
+    """Three regions busy enough (a message every 4 ms in each, on average) for the
+    sidecars to trim their origin indexes, consumers keeping up, users resetting the durable
+    backwards in its home, below what was trimmed; nothing else."""
+    return dataclasses.replace(
+        _drawn(seed),
+        regions=3,
+        resets=True,
+        deletions=False,
+        crashes=False,
+        partitions=False,
+        freezes=False,
+        garbage=False,
+        action_failures=0.0,
+        failover_ms=0,
+        produce_gap_ms=4,
+        consume_gap_ms=10,
+        consume_batch=75,
+    )
+
+
+@pytest.mark.parametrize(
+    "params", [_drawn, _with_failures, _late_updates, _failing_creations, _users]
+)
 def test_the_real_runtime_keeps_every_property(params: Callable[[int], ShellParams]) -> None:
     """What the broken variants below are caught with, the real shell passes."""
     for seed in range(8):
         result = run_shell(seed, params(seed))
         assert result.violation is None, result.report()
         assert result.stats.get("consumed", 0) > 0
+
+
+def test_the_real_runtime_keeps_claim_1_over_trimmed_indexes_and_user_resets() -> None:
+    """What ForgetsTrimPoint is caught with, the real shell passes (longer runs: two)."""
+    for seed in range(2):
+        result = run_shell(seed, _busy_resets(seed))
+        assert result.violation is None, result.report()
+        assert result.stats["user_resets"] > 0 and result.stats["vectors_checked"] > 0
 
 
 @pytest.mark.usefixtures("rechecks_only_behind")
@@ -294,6 +335,8 @@ def _frozen(seed: int) -> ShellParams:
         (AcceptsStaleEpochs, _frozen, "fencing:"),
         (KeepsLeading, _frozen, "fencing:"),
         (CreatedWhenAsked, _failing_creations, "retried:"),
+        (IgnoresDeletion, _users, "reported:"),
+        (ForgetsTrimPoint, _busy_resets, "claim 1:"),
     ],
 )
 def test_the_runtime_world_catches_a_broken_machine(

@@ -42,6 +42,12 @@ class ShellParams:
     """Sidecar processes freeze (a GC pause, a stalled VM) for half a lease to two, then wake
     with their state: longer than the lease, another replica takes the stream over and the
     frozen one wakes a zombie, its requests under way landing late."""
+    resets: bool = False
+    """Users reset the durable backwards in its home (a replay, from anywhere between the
+    stream's first message and its ack floor)."""
+    deletions: bool = False
+    """Users delete the durable in a region: elsewhere a sidecar creates it again at the next
+    update; in its home the user creates it again (delivering all) unless one did first."""
 
     @classmethod
     def draw(cls, rng: random.Random) -> ShellParams:
@@ -61,4 +67,6 @@ class ShellParams:
             replicas=rng.choice([1, 1, 2, 3]),
             timeout_ms=rng.choice([1_500, 5_000, 30_000]),
             freezes=rng.random() < 0.4,
+            resets=rng.random() < 0.3,
+            deletions=rng.random() < 0.25,
         )

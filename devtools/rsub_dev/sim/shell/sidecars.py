@@ -90,12 +90,17 @@ class CheckedPort(SimPort):
     async def consumer_create(
         self, stream: str, name: str, config: Mapping[str, Any], action: str, *, timeout_s: float
     ) -> ApiJson:
-        if action == "create":
-            self._moving(f"creates {name}")
-        reply = await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
-        if action == "create":
-            self.checks.moved(self._region, name, int(config.get("opt_start_seq", 1)), "create")
-        return reply
+        if action != "create":
+            return await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
+        self._moving(f"creates {name}")
+        start = int(config.get("opt_start_seq", 1))
+        there = self.checks.consumer(self._region, name) is not None
+        try:
+            return await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
+        finally:
+            # Checked once created, its reply lost or not.
+            if not there and self.checks.consumer(self._region, name) is not None:
+                self.checks.moved(self._region, name, start, "create")
 
 
 @dataclass

@@ -25,7 +25,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from rsub_dev.sim.outcome import LoopWorld, SimResult
+from rsub_dev.sim.outcome import LoopWorld, SimResult, Violation
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
 from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
@@ -64,11 +64,17 @@ class ShellWorld(LoopWorld[ShellParams]):
         self._live = set(self.vs.regions)
         self._js: SimJetStream | None = None
         self._checks: Checks | None = None
+        self._apps: Applications | None = None
 
     @property
     def js(self) -> SimJetStream:
         assert self._js is not None
         return self._js
+
+    @property
+    def apps(self) -> Applications:
+        assert self._apps is not None
+        return self._apps
 
     @property
     def checks(self) -> Checks:
@@ -122,6 +128,7 @@ class ShellWorld(LoopWorld[ShellParams]):
         for sidecar in self._sidecars:
             if sidecar.region == lost:
                 await sidecar.stop()
+        self.apps.recreate(self._home)
         self.stats["failovers"] += 1
 
     async def _chaos(self, until_ms: int) -> None:
@@ -139,6 +146,8 @@ class ShellWorld(LoopWorld[ShellParams]):
                     ("cut", p.partitions),
                     ("junk", p.garbage),
                     ("freeze", p.freezes),
+                    ("reset", p.resets),
+                    ("delete", p.deletions),
                 )
                 if on
             ]
@@ -150,6 +159,10 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.note(f"junk on {region}'s marker subject")
                 self.stats["junk"] += 1
                 self.js.publish(self.vs.marker_subject(region), rng.randbytes(rng.randint(0, 40)))
+            elif kind == "reset":
+                self.apps.replay(self._home)
+            elif kind == "delete":
+                await self.apps.delete(rng.choice(sorted(self._live)))
             elif kind == "freeze":
                 sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
                 ms = rng.randint(p.lease_ttl_ms // 2, 2 * p.lease_ttl_ms)
@@ -198,7 +211,9 @@ class ShellWorld(LoopWorld[ShellParams]):
         self._js = SimJetStream(LoopClock(loop), rng=random.Random(self.seed ^ 0x5EA))
         net = SimNet(self._js, self.rng, self.p.max_delay_ms)
         checks = self._checks = Checks(self, self.vs, self._js)
-        apps = Applications(self, self.vs, net, checks, self._live.__contains__, lambda: self._home)
+        apps = self._apps = Applications(
+            self, self.vs, net, checks, self._live.__contains__, lambda: self._home
+        )
         self._topology()
         apps.create_durable(self._home)
         if self.p.action_failures:
@@ -234,7 +249,11 @@ class ShellWorld(LoopWorld[ShellParams]):
                 await sidecar.stop()
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            ended = await asyncio.gather(*tasks, return_exceptions=True)
+            # A task of the world's own that broke is a bug of the world, never a result.
+            broken = [e for e in ended if isinstance(e, Exception) and not isinstance(e, Violation)]
+            if broken:
+                raise broken[0]
 
 
 def run_shell(seed: int, params: ShellParams | None = None, **kwargs: Any) -> ShellResult:
