@@ -38,6 +38,7 @@ from tests.protocol.test_protocol_sim import (
     PositionFromOwnOrigin,
     ReportsMoveWhenAsked,
     SingleRound,
+    TrimsAtIndexEnd,
     TrimsUnrecorded,
     VectorFromHighestSeen,
 )
@@ -79,12 +80,19 @@ def _drawn(seed: int) -> ShellParams:
 
 def _as_found(seed: int) -> ShellParams:
     """What `seed` drew before snapshot timeouts and freezes were drawn too (when seed
-    866299904591 was found): the same run."""
-    return dataclasses.replace(_drawn(seed), timeout_ms=30_000, freezes=False)
+    866299904591 was found), and users and outages: the same run."""
+    return dataclasses.replace(
+        _drawn(seed),
+        timeout_ms=30_000,
+        freezes=False,
+        resets=False,
+        deletions=False,
+        outage_ms=0,
+    )
 
 
 def _with_failures(seed: int) -> ShellParams:
-    return dataclasses.replace(_drawn(seed), action_failures=0.3, failover_ms=5_000)
+    return dataclasses.replace(_drawn(seed), action_failures=0.3, failover_ms=5_000, outage_ms=0)
 
 
 def _late_updates(seed: int) -> ShellParams:
@@ -95,6 +103,7 @@ def _late_updates(seed: int) -> ShellParams:
         _drawn(seed),
         regions=3,
         failover_ms=3_000,
+        outage_ms=0,
         max_delay_ms=40,
         interval_ms=100,
         link_delay_ms=150,
@@ -113,6 +122,7 @@ def _failing_creations(seed: int) -> ShellParams:
         regions=3,
         action_failures=0.5,
         failover_ms=0,
+        outage_ms=0,
         run_ms=6_000,
         crashes=False,
         freezes=False,
@@ -142,14 +152,28 @@ def _busy_resets(seed: int) -> ShellParams:
         garbage=False,
         action_failures=0.0,
         failover_ms=0,
+        outage_ms=0,
         produce_gap_ms=4,
         consume_gap_ms=10,
         consume_batch=75,
     )
 
 
+def _outages(seed: int) -> ShellParams:
+    """Users, failing requests, crashes and freezes, then a region out for 4 s: only vectors
+    move the copies meanwhile."""
+    return dataclasses.replace(_users(seed), regions=3, failover_ms=0, outage_ms=4_000)
+
+
+def _busy_outage(seed: int) -> ShellParams:
+    """Busy enough for the indexes to be trimmed, the home's consumer slower than the
+    producers, then a region out for 4 s: vectors alone move the copies, and after it the
+    region back floods the others."""
+    return dataclasses.replace(_busy_resets(seed), resets=False, outage_ms=4_000, consume_batch=5)
+
+
 @pytest.mark.parametrize(
-    "params", [_drawn, _with_failures, _late_updates, _failing_creations, _users]
+    "params", [_drawn, _with_failures, _late_updates, _failing_creations, _users, _outages]
 )
 def test_the_real_runtime_keeps_every_property(params: Callable[[int], ShellParams]) -> None:
     """What the broken variants below are caught with, the real shell passes."""
@@ -319,6 +343,9 @@ def _frozen(seed: int) -> ShellParams:
         partitions=False,
         garbage=False,
         failover_ms=0,
+        resets=False,
+        deletions=False,
+        outage_ms=0,
     )
 
 
@@ -337,6 +364,7 @@ def _frozen(seed: int) -> ShellParams:
         (CreatedWhenAsked, _failing_creations, "retried:"),
         (IgnoresDeletion, _users, "reported:"),
         (ForgetsTrimPoint, _busy_resets, "claim 1:"),
+        (TrimsAtIndexEnd, _busy_outage, "vector liveness:"),
     ],
 )
 def test_the_runtime_world_catches_a_broken_machine(

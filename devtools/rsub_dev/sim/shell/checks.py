@@ -161,6 +161,21 @@ class Checks:
                     f"{standing}"
                 )
 
+    def behind_home(self, region: str, home: str) -> int | None:
+        """Where the durable stands in `region` when the next data message above it there
+        lies at or below where it stands in `home` (its home's progress covers it: a vector
+        must move it); None otherwise."""
+        standing, at_home = self.standing(region), self.standing(home)
+        if standing is None or at_home is None:
+            return None
+        stream = self._js.stream(self._vs.read_stream(region))
+        after = next(stream.matching(standing + 1, (self._vs.data_filter(),)), None)
+        if after is None:
+            return None
+        entry = data_entry(self._vs, after.seq, after.headers)
+        there = self.ledger.at[home].get((entry.origin, entry.origin_seq))
+        return standing if there is not None and there <= at_home else None
+
     def no_loss(self, home: str) -> None:
         """Every data message the durable has passed in `home`, where it is consumed now, was
         consumed (what lies after it, it delivers next)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -9,6 +10,7 @@ STREAM = "orders"
 DURABLE = "app"
 SHARDS = 4
 DEDUP_WINDOW_MS = 120_000
+OUTAGE_AT_MS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,29 @@ class ShellParams:
     deletions: bool = False
     """Users delete the durable in a region: elsewhere a sidecar creates it again at the next
     update; in its home the user creates it again (delivering all) unless one did first."""
+    outage_ms: int = 0
+    """From `OUTAGE_AT_MS`, the last region cut off with its sidecars stopped for this long
+    (its own clients still write), the others calm (no other chaos, no failing request from
+    then on): with three
+    regions no snapshot completes meanwhile, only progress vectors move the copies. Needs
+    three regions and no failover (0: none)."""
+
+    @property
+    def vector_window_ms(self) -> int:
+        """How long a copy may stay behind its home's progress during an outage (vector
+        liveness): the home reads its position and publishes its vector (an interval each),
+        the vector crosses a link, the copy's sidecar reads its position and moves it (an
+        interval each, requests delayed), and slack."""
+        return 6 * self.interval_ms + 2 * self.link_delay_ms + 20 * self.max_delay_ms + 1_000
+
+    def __post_init__(self) -> None:
+        if self.outage_ms and (self.regions != 3 or self.failover_ms):
+            raise ValueError(
+                f"an outage needs 3 regions and no failover, got {self.regions} regions, "
+                f"failover_ms={self.failover_ms}"
+            )
+        if self.outage_ms and OUTAGE_AT_MS + self.outage_ms > self.run_ms - 4_000:
+            raise ValueError(f"an outage of {self.outage_ms} ms ends after the producers stop")
 
     @classmethod
     def draw(cls, rng: random.Random) -> ShellParams:
@@ -69,4 +94,11 @@ class ShellParams:
             freezes=rng.random() < 0.4,
             resets=rng.random() < 0.3,
             deletions=rng.random() < 0.25,
-        )
+        ).with_outage(rng)
+
+    def with_outage(self, rng: random.Random) -> ShellParams:
+        """A quarter of the runs that can have one (three regions, no failover) get an
+        outage of 2 to 5 s."""
+        if self.regions != 3 or self.failover_ms or rng.random() >= 0.25:
+            return self
+        return dataclasses.replace(self, outage_ms=rng.randint(2_000, 5_000))

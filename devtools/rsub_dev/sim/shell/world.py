@@ -29,7 +29,7 @@ from rsub_dev.sim.outcome import LoopWorld, SimResult, Violation
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
 from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
-from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, STREAM, ShellParams
+from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, DURABLE, OUTAGE_AT_MS, STREAM, ShellParams
 from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
 from rsub_dev.simjs import (
     Fault,
@@ -62,6 +62,8 @@ class ShellWorld(LoopWorld[ShellParams]):
         self._sidecars: list[Sidecar] = []
         self._home = self.vs.regions[0]
         self._live = set(self.vs.regions)
+        self._out: set[str] = set()
+        """A region in an outage: cut off, its sidecars stopped, its clients writing."""
         self._js: SimJetStream | None = None
         self._checks: Checks | None = None
         self._apps: Applications | None = None
@@ -191,6 +193,74 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.note(f"{cut} healed")
                 self.js.partition(cut, cut=False)
 
+    async def _outage(self) -> None:
+        """From `OUTAGE_AT_MS`, the last region cut off with its sidecars stopped for
+        `outage_ms` (its clients still write); then healed, its sidecars started again."""
+        if await self.until(OUTAGE_AT_MS):
+            return
+        out = self.vs.regions[-1]
+        self.note(f"{out} out for {self.p.outage_ms} ms")
+        self.stats["outages"] += 1
+        self.js.faults.clear()  # the others calm: no failing request either
+        self.js.partition(out)
+        stopped = [s for s in self._sidecars if s.region == out]
+        for sidecar in stopped:
+            await sidecar.stop()
+        self._out.add(out)
+        if await self.until(OUTAGE_AT_MS + self.p.outage_ms):
+            return
+        self.note(f"{out} back")
+        self.js.partition(out, cut=False)
+        self._out.discard(out)
+        for sidecar in stopped:
+            await self._start(sidecar)
+
+    async def _vector_liveness(self) -> None:
+        """Vector liveness, from an outage on (the rest of the run is calm): when the home's
+        copy has passed the next data message above the copy of another live region, that
+        copy advances within `vector_window_ms` (during the outage no snapshot completes: only
+        the home's progress vectors can move it; after it, the region back floods the others
+        with what it wrote meanwhile). Time without a leader awake in that region or in the
+        home (a restarted replica waiting out its old lease) is not counted."""
+        owed: dict[str, tuple[int, int]] = {}  # region -> (where it stood, since when)
+        window = self.p.vector_window_ms
+        if await self.until(OUTAGE_AT_MS):
+            return
+        while True:
+            await asyncio.sleep(self.p.interval_ms / 1000)
+            self.js.settle()
+            now = self.now_ms()
+            for region in sorted(self._live - self._out - {self._home}):
+                standing = self.checks.standing(region)
+                was = owed.get(region)
+                if was is not None and (standing is None or standing > was[0]):
+                    self.stats["vector_advances"] += 1
+                    del owed[region]
+                    was = None
+                if was is None or not self._led(region) or not self._led(self._home):
+                    # Time without a leader awake there or in the home (a lease waited out)
+                    # is not counted.
+                    behind = self.checks.behind_home(region, self._home)
+                    if behind is not None:
+                        owed[region] = (behind, now)
+                elif now - was[1] > window:
+                    raise self.fail(
+                        f"vector liveness: {DURABLE} in {region} stands at {was[0]} since "
+                        f"{was[1]} ms, behind its home {self._home}'s progress"
+                    )
+
+    def _led(self, region: str) -> bool:
+        """Whether a replica of `region` runs, awake, with a machine that leads."""
+        return any(
+            s.region == region
+            and s.tasks
+            and s.port.net.awake.is_set()
+            and s.driver is not None
+            and s.driver.machine is not None
+            and s.driver.machine.is_leader
+            for s in self._sidecars
+        )
+
     async def _checking(self) -> None:
         while True:
             await asyncio.sleep(self.p.interval_ms / 1000)
@@ -234,6 +304,10 @@ class ShellWorld(LoopWorld[ShellParams]):
             tasks += [loop.create_task(apps.produce(r, produce_until)) for r in self.vs.regions]
             tasks.append(loop.create_task(self._checking()))
             chaos_until = self.p.failover_ms or self.p.run_ms - 5_000
+            if self.p.outage_ms:
+                chaos_until = OUTAGE_AT_MS
+                tasks.append(loop.create_task(self._outage()))
+                tasks.append(loop.create_task(self._vector_liveness()))
             tasks.append(loop.create_task(self._chaos(chaos_until)))
             tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
             if self.p.failover_ms:
