@@ -36,6 +36,7 @@ from tests.protocol.test_protocol_sim import (
     KeepsLeading,
     PartialOnTimeout,
     PositionFromOwnOrigin,
+    ReportsLastSequence,
     ReportsMoveWhenAsked,
     SingleRound,
     TrimsAtIndexEnd,
@@ -129,6 +130,22 @@ def _failing_creations(seed: int) -> ShellParams:
     )
 
 
+def _lagging_tails(seed: int) -> ShellParams:
+    """Two regions, slow links (the own one among them), the marker tails lagging up to
+    100 ms behind the data tails and the positions reads: a responder may know its stream's
+    end beyond a request it has not read yet."""
+    return dataclasses.replace(
+        _drawn(seed),
+        regions=2,
+        tail_lag_ms=100,
+        produce_gap_ms=20,
+        interval_ms=100,
+        link_delay_ms=150,
+        max_delay_ms=2,
+        outage_ms=0,
+    )
+
+
 def _users(seed: int) -> ShellParams:
     """Users resetting the durable backwards in its home and deleting it anywhere, with
     failing requests, crashes and freezes."""
@@ -173,7 +190,8 @@ def _busy_outage(seed: int) -> ShellParams:
 
 
 @pytest.mark.parametrize(
-    "params", [_drawn, _with_failures, _late_updates, _failing_creations, _users, _outages]
+    "params",
+    [_drawn, _with_failures, _late_updates, _failing_creations, _users, _outages, _lagging_tails],
 )
 def test_the_real_runtime_keeps_every_property(params: Callable[[int], ShellParams]) -> None:
     """What the broken variants below are caught with, the real shell passes."""
@@ -365,6 +383,7 @@ def _frozen(seed: int) -> ShellParams:
         (IgnoresDeletion, _users, "reported:"),
         (ForgetsTrimPoint, _busy_resets, "claim 1:"),
         (TrimsAtIndexEnd, _busy_outage, "vector liveness:"),
+        (ReportsLastSequence, _lagging_tails, "snapshot "),
     ],
 )
 def test_the_runtime_world_catches_a_broken_machine(

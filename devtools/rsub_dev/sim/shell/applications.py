@@ -96,12 +96,12 @@ class Applications:
         await asyncio.sleep(world.rng.randint(50, 1_000) / 1000)
         self.recreate(region)
 
-    def recreate(self, region: str) -> None:
+    def recreate(self, region: str, *, deleted: bool = True) -> None:
         """In the durable's home: the user creates it again (delivering all) if they deleted
-        it there and no sidecar created it since."""
+        it there (or whatever happened: `deleted=False`) and no sidecar created it since."""
         world, js, read = self._world, self._js, self._vs.read_stream(region)
         js.settle()
-        if region not in self._deleted or not self._live(region):
+        if (deleted and region not in self._deleted) or not self._live(region):
             return
         self._deleted.discard(region)
         if DURABLE in js.stream(read).consumers:

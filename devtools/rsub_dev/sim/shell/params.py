@@ -50,6 +50,10 @@ class ShellParams:
     deletions: bool = False
     """Users delete the durable in a region: elsewhere a sidecar creates it again at the next
     update; in its home the user creates it again (delivering all) unless one did first."""
+    tail_lag_ms: int = 0
+    """The sidecars' live reads of their read streams (the marker and origin tails) each take
+    up to this much longer to see what arrived (a slow ordered consumer), on their own: the
+    data tail and the positions reads may run ahead of the marker tail."""
     outage_ms: int = 0
     """From `OUTAGE_AT_MS`, the last region cut off with its sidecars stopped for this long
     (its own clients still write), the others calm (no other chaos, no failing request from
@@ -94,6 +98,7 @@ class ShellParams:
             freezes=rng.random() < 0.4,
             resets=rng.random() < 0.3,
             deletions=rng.random() < 0.25,
+            tail_lag_ms=rng.choice([0, 0, 0, 100, 300]),
         ).with_outage(rng)
 
     def with_outage(self, rng: random.Random) -> ShellParams:

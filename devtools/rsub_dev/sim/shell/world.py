@@ -131,6 +131,18 @@ class ShellWorld(LoopWorld[ShellParams]):
             if sidecar.region == lost:
                 await sidecar.stop()
         self.apps.recreate(self._home)
+        known = any(
+            s.region == self._home
+            and s.driver is not None
+            and s.driver.machine is not None
+            and s.driver.machine.subscription(DURABLE) is not None
+            for s in self._sidecars
+        )
+        if not known:
+            # No update of the durable ever reached the new home (the lost one never sent
+            # one): nothing to fail over to; its user creates it there (delivering all).
+            self.stats["failovers_unreplicated"] += 1
+            self.apps.recreate(self._home, deleted=False)
         self.stats["failovers"] += 1
 
     async def _chaos(self, until_ms: int) -> None:
@@ -279,7 +291,7 @@ class ShellWorld(LoopWorld[ShellParams]):
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
         self._js = SimJetStream(LoopClock(loop), rng=random.Random(self.seed ^ 0x5EA))
-        net = SimNet(self._js, self.rng, self.p.max_delay_ms)
+        net = SimNet(self._js, self.rng, self.p.max_delay_ms, self.p.tail_lag_ms)
         checks = self._checks = Checks(self, self.vs, self._js)
         apps = self._apps = Applications(
             self, self.vs, net, checks, self._live.__contains__, lambda: self._home
