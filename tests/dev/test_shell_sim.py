@@ -209,6 +209,25 @@ def test_the_real_runtime_keeps_claim_1_over_trimmed_indexes_and_user_resets() -
         assert result.stats["user_resets"] > 0 and result.stats["vectors_checked"] > 0
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="product bug, reported (sidecar/nats/consumers.move_forward): a leader frozen in the "
+    "middle of a move wakes deposed and still sends its reset, after the new leader's",
+)
+def test_seed_18_a_deposed_replica_never_rewinds_the_new_leaders_move() -> None:
+    """Found by the shell world (short leases, slow requests, leaders frozen): r1-0-1 froze
+    for 856 ms in the middle of `move_forward`, r1-1-1 took the stream over and reset the
+    durable to 32; r1-0-1 woke deposed (its lease loop said so at once) and sent the reset
+    to 9 it had read the durable for before the new leader's landed: the durable that had
+    delivered to 31 went back to 8. The pause does not stop another replica's reset, and
+    nothing checks the lease between the steps of a move."""
+    params = dataclasses.replace(
+        _frozen(18), lease_ttl_ms=600, run_ms=6_000, calm_ms=1_500, max_delay_ms=40, interval_ms=100
+    )
+    result = run_shell(18, params)
+    assert result.violation is None, result.report()
+
+
 @pytest.mark.usefixtures("rechecks_only_behind")
 def test_the_simulation_catches_the_recheck_under_the_pause_left_out() -> None:
     result = run_shell(866299904591, _as_found(866299904591))

@@ -39,6 +39,9 @@ class Checks:
         """Per region, how many times a user reset, deleted or created a durable there."""
         self.ledger = Ledger(vs, js)
 
+    def note(self, what: str) -> None:
+        self._world.note(what)
+
     @property
     def regions(self) -> tuple[str, ...]:
         return self._vs.regions
@@ -259,6 +262,7 @@ class Replica:
         self, world: LoopWorld[ShellParams], checks: Checks, name: str, region: str
     ) -> None:
         self.fencing = Fencing(world, name, region)
+        self.name = name
         self._world = world
         self._checks = checks
         self._name = name

@@ -24,6 +24,8 @@ class ShellParams:
     consume_batch: int = 5
     failover_ms: int = 6_000
     run_ms: int = 14_000
+    calm_ms: int = 5_000
+    """The end of the run without chaos (the producers stop `calm_ms - 1_000` before it)."""
     lease_ttl_ms: int = 3_000
     replicas: int = 1
     """Sidecar replicas per region, sharing the streams' leadership (`ShardLeases`)."""
@@ -62,6 +64,10 @@ class ShellParams:
     three regions and no failover (0: none)."""
 
     @property
+    def produce_until_ms(self) -> int:
+        return self.run_ms - self.calm_ms + 1_000
+
+    @property
     def vector_window_ms(self) -> int:
         """How long a copy may stay behind its home's progress during an outage (vector
         liveness): the home reads its position and publishes its vector (an interval each),
@@ -75,7 +81,7 @@ class ShellParams:
                 f"an outage needs 3 regions and no failover, got {self.regions} regions, "
                 f"failover_ms={self.failover_ms}"
             )
-        if self.outage_ms and OUTAGE_AT_MS + self.outage_ms > self.run_ms - 4_000:
+        if self.outage_ms and OUTAGE_AT_MS + self.outage_ms > self.produce_until_ms:
             raise ValueError(f"an outage of {self.outage_ms} ms ends after the producers stop")
 
     @classmethod

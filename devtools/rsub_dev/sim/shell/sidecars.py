@@ -64,11 +64,12 @@ class CheckedPort(SimPort):
         machine = self.machine()
         if self.replica is not None and machine is not None:
             self.replica.fencing.moving(machine.epoch, what)
+            self.checks.note(f"{self.replica.name} {what} (sent)")
 
     async def consumer_reset(
         self, stream: str, name: str, seq: int, *, timeout_s: float
     ) -> ApiJson:
-        self._moving(f"resets {name}")
+        self._moving(f"resets {name} to {seq}")
 
         def land() -> ApiJson:
             # Checked as the reset lands, against the consumer as it is then.
@@ -92,7 +93,7 @@ class CheckedPort(SimPort):
     ) -> ApiJson:
         if action != "create":
             return await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
-        self._moving(f"creates {name}")
+        self._moving(f"creates {name} from {config.get('opt_start_seq', 1)}")
         start = int(config.get("opt_start_seq", 1))
         there = self.checks.consumer(self._region, name) is not None
         try:

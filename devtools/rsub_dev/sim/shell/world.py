@@ -178,7 +178,10 @@ class ShellWorld(LoopWorld[ShellParams]):
             elif kind == "delete":
                 await self.apps.delete(rng.choice(sorted(self._live)))
             elif kind == "freeze":
-                sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
+                # A leader when there is one: a follower's pause changes little.
+                running = [s for s in self._sidecars if s.region in self._live]
+                leaders = [s for s in running if self._led(s.region, s)]
+                sidecar = rng.choice(leaders or running)
                 ms = rng.randint(p.lease_ttl_ms // 2, 2 * p.lease_ttl_ms)
                 self.note(f"{sidecar.name} freezes for {ms} ms")
                 self.stats["freezes"] += 1
@@ -261,10 +264,12 @@ class ShellWorld(LoopWorld[ShellParams]):
                         f"{was[1]} ms, behind its home {self._home}'s progress"
                     )
 
-    def _led(self, region: str) -> bool:
-        """Whether a replica of `region` runs, awake, with a machine that leads."""
+    def _led(self, region: str, replica: Sidecar | None = None) -> bool:
+        """Whether a replica of `region` (`replica`, if given) runs, awake, with a machine
+        that leads."""
         return any(
             s.region == region
+            and (replica is None or s is replica)
             and s.tasks
             and s.port.net.awake.is_set()
             and s.driver is not None
@@ -312,10 +317,10 @@ class ShellWorld(LoopWorld[ShellParams]):
                     port = CheckedPort(ProcessNet(net), checks, name)
                     self._sidecars.append(Sidecar(name, index, port))
                     await self._start(self._sidecars[-1])
-            produce_until = self.p.run_ms - 4_000
+            produce_until = self.p.produce_until_ms
             tasks += [loop.create_task(apps.produce(r, produce_until)) for r in self.vs.regions]
             tasks.append(loop.create_task(self._checking()))
-            chaos_until = self.p.failover_ms or self.p.run_ms - 5_000
+            chaos_until = self.p.failover_ms or self.p.run_ms - self.p.calm_ms
             if self.p.outage_ms:
                 chaos_until = OUTAGE_AT_MS
                 tasks.append(loop.create_task(self._outage()))
