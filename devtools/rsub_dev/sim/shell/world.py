@@ -5,17 +5,15 @@ Every sidecar replica runs the real `StreamDriver`, `IntervalLoop`, `Effects`,
 `sidecar.nats` code above the port), over `SimPort`
 (`rsub_dev.sim.port`): a simulated JetStream on virtual time (looptime's event loop), every
 request and reply delayed, sourcing between regions delayed. Applications publish in every
-region and consume one replicated durable in its home region; at `failover_ms` the home
-region is lost (its sidecar stopped, its sourcing cut) and the application continues in the
-next region. Everything comes from one seed.
+region and consume one replicated durable in its home region, whose users reset and delete
+it; sidecars crash, freeze, lag; regions are cut off, or one is out for long (`_outage`); at
+`failover_ms` the home region is lost (its sidecars stopped, its sourcing cut) and the
+application continues in the next region. Everything comes from one seed.
 
-Checked as the run goes:
-- moved only over consumed data: whenever a sidecar resets or creates the durable, every data
-  message it moves the durable over was consumed (in any region, by its origin);
-- reported: what a machine reports for the durable (`mark_delete`, the API's answer) is never
-  beyond where the durable stands (its ack floor, extended over what it never delivers);
-- no loss: at the end, every data message the durable passed in its home (the region failed
-  over to) was consumed.
+Checked as the run goes (docs/simulation.md lists them): moved only over consumed data,
+never rewound nor over markers alone, reported, snapshot safety, claim 1, fencing and
+retried (`checks`, each replica's `checks.Replica`), vector liveness from an outage on
+(`_vector_liveness`); no loss at the end.
 """
 
 from __future__ import annotations
