@@ -15,7 +15,7 @@ PROMTOOL := $(TOOLS)/prometheus/promtool
 PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak chaos fuzz bench clean
+.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak sim-variants chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
@@ -26,6 +26,7 @@ help:
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
 	@echo "make soak SECONDS=600 - run the simulations (protocol, leases, the real runtime) for as long as asked"
+	@echo "make sim-variants SEEDS=40 - the real runtime's simulation over SEEDS seeds of every kind of run"
 	@echo "make chaos SEEDS=10 SECONDS=60 [FIRST_SEED=1] - randomized fault campaign, a run per seed"
 	@echo "make fuzz SECONDS=60 - fuzz every target (atheris) for SECONDS each, keep new coverage"
 	@echo "make bench  - run the benchmarks under bench/"
@@ -147,6 +148,11 @@ demo-spark: $(STAMP) java
 
 soak: $(STAMP)
 	$(BIN)/python -m rsub_dev.sim.soak --seconds $(or $(SECONDS),600)
+
+# The wide sweep `make test` leaves out (docs/simulation.md): the real runtime under
+# simulation over SEEDS seeds of every kind of run its broken variants are caught with.
+sim-variants: $(STAMP)
+	RSUB_SIM_SEEDS=$(or $(SEEDS),40) $(BIN)/pytest -q tests/dev/test_shell_sim.py -k real_runtime
 
 # The randomized fault campaign (docs/reliability.md): SEEDS runs from FIRST_SEED, each with
 # SECONDS of faults on a real three-servers-per-region super-cluster. Make variables, not

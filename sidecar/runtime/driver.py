@@ -106,7 +106,7 @@ class StreamDriver:
 
     def leadership(self, leader: bool, epoch: int) -> None:
         """The lease changed: the machine learns it in turn with everything else."""
-        self.post(partial(self._become_leader, epoch) if leader else StreamMachine.became_follower)
+        self.post(partial(self._become_leader, epoch) if leader else lambda m: m.became_follower())
 
     def _become_leader(self, epoch: int, machine: StreamMachine) -> list[Output]:
         try:

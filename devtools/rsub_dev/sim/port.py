@@ -47,10 +47,15 @@ class LoopClock:
 
 
 class SimNet:
-    def __init__(self, js: SimJetStream, rng: random.Random, max_delay_ms: int) -> None:
+    def __init__(
+        self, js: SimJetStream, rng: random.Random, max_delay_ms: int, tail_lag_ms: int = 0
+    ) -> None:
         self.js = js
         self.rng = rng
         self.max_delay_ms = max_delay_ms
+        self.tail_lag_ms = tail_lag_ms
+        """A live read takes up to this much longer again to see what arrived (a slow
+        ordered consumer): each of a process's tails lags on its own."""
         self.changed = asyncio.Condition()
         """Notified whenever a stream may hold new messages (live reads wait on it)."""
         self._listeners: list[tuple[str, Callable[[], None]]] = []
@@ -72,6 +77,11 @@ class SimNet:
 
     async def delay(self) -> None:
         await asyncio.sleep(self.rng.randint(0, self.max_delay_ms) / 1000)
+
+    async def lag(self) -> None:
+        """What a live read waits besides its delay (`tail_lag_ms`)."""
+        if self.tail_lag_ms:
+            await asyncio.sleep(self.rng.randint(0, self.tail_lag_ms) / 1000)
 
     async def call(self, operation: Callable[[], T]) -> T:
         """One request: it reaches the simulated JetStream after a delay, and its reply (or
@@ -105,6 +115,7 @@ class ProcessNet(SimNet):
 
     def __init__(self, net: SimNet) -> None:
         self.js, self.rng, self.max_delay_ms = net.js, net.rng, net.max_delay_ms
+        self.tail_lag_ms = net.tail_lag_ms
         self.changed = net.changed
         self._listeners = net._listeners
         self.awake = asyncio.Event()
@@ -240,6 +251,7 @@ class SimPort:
             async with net.changed:
                 await net.changed.wait()
             await net.delay()
+            await net.lag()
 
     # ---- consumers ----------------------------------------------------------------------
 

@@ -29,8 +29,9 @@ What each `Fault` raises, as the real server and nats-py do:
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -116,6 +117,17 @@ class Faults:
         self._meta_lost: set[str | None] = set()
         self.injected: dict[Fault, int] = dict.fromkeys(Fault, 0)
         """How many faults of each kind were injected (meta leader losses as UNAVAILABLE)."""
+        self._suspended = False
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """No fault at all within (not even drawn): a simulation's own users acting, whose
+        requests are not the subject."""
+        self._suspended, before = True, self._suspended
+        try:
+            yield
+        finally:
+            self._suspended = before
 
     def fail_next(self, op: Op, fault: Fault, *, target: str | None = None, times: int = 1) -> None:
         if times < 1:
@@ -159,6 +171,8 @@ class Faults:
         """The fault to inject into this call, if any: raises it when it is an error raised
         before the operation; returns NOT_FOUND and REPLY_LOST (the caller raises them, after
         the operation for REPLY_LOST)."""
+        if self._suspended:
+            return None
         if op in NEEDS_META and cluster in self._meta_lost:
             self.injected[Fault.UNAVAILABLE] += 1
             raise unavailable()

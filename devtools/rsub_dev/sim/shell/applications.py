@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.port import SimNet
@@ -36,6 +36,8 @@ class Applications:
         self._checks = checks
         self._live = live
         self._home = home
+        self._deleted: set[str] = set()
+        """Regions where the user deleted the durable and did not create it again."""
 
     async def produce(self, region: str, until_ms: int) -> None:
         world, p = self._world, self._world.p
@@ -54,8 +56,60 @@ class Applications:
         config = ConsumerConfig(
             DURABLE, (self._vs.data_filter(),), metadata={REPLICATE_KEY: "true"}
         )
-        self._js.consumer_create(read, config)
+        with self._js.faults.suspended():
+            self._js.consumer_create(read, config)
         self._net.signal(f"$JS.EVENT.ADVISORY.CONSUMER.CREATED.{read}.{DURABLE}")
+
+    def replay(self, region: str) -> None:
+        """Its user resets the durable in `region` backwards, from anywhere between the
+        stream's first message and the durable's ack floor (a replay)."""
+        world, js = self._world, self._js
+        js.settle()
+        consumer = js.stream(self._vs.read_stream(region)).consumers.get(DURABLE)
+        if consumer is None:
+            return
+        info = consumer.info(js.now_ms)
+        first = js.stream(self._vs.read_stream(region)).first_seq
+        seq = world.rng.randint(first, max(first, info.ack_floor.stream_seq))
+        with js.faults.suspended():
+            js.consumer_reset(self._vs.read_stream(region), DURABLE, seq)
+        self._checks.user_changes[region] += 1
+        world.stats["user_resets"] += 1
+        world.note(f"user resets {DURABLE} in {region} to {seq}")
+
+    async def delete(self, region: str) -> None:
+        """Its user deletes the durable in `region`; in its home, creates it again
+        (delivering all) a while later, unless a sidecar did first."""
+        world, js, read = self._world, self._js, self._vs.read_stream(region)
+        js.settle()
+        if DURABLE not in js.stream(read).consumers:
+            return
+        with js.faults.suspended():
+            js.consumer_delete(read, DURABLE)
+        self._net.signal(f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{read}.{DURABLE}")
+        self._checks.user_changes[region] += 1
+        world.stats["user_deletions"] += 1
+        world.note(f"user deletes {DURABLE} in {region}")
+        self._deleted.add(region)
+        if region != self._home():
+            return
+        await asyncio.sleep(world.rng.randint(50, 1_000) / 1000)
+        self.recreate(region)
+
+    def recreate(self, region: str, *, deleted: bool = True) -> None:
+        """In the durable's home: the user creates it again (delivering all) if they deleted
+        it there (or whatever happened: `deleted=False`) and no sidecar created it since."""
+        world, js, read = self._world, self._js, self._vs.read_stream(region)
+        js.settle()
+        if (deleted and region not in self._deleted) or not self._live(region):
+            return
+        self._deleted.discard(region)
+        if DURABLE in js.stream(read).consumers:
+            return
+        self.create_durable(region)
+        self._checks.user_changes[region] += 1
+        world.stats["user_creations"] += 1
+        world.note(f"user creates {DURABLE} in {region}")
 
     async def consume(self, region: str, until_ms: int) -> None:
         """The application, consuming the durable in `region` while it is its home."""
@@ -67,8 +121,8 @@ class Applications:
             js.settle()
             try:
                 deliveries = js.fetch(read, DURABLE, p.consume_batch)
-            except NotFoundError:
-                continue  # not created here yet
+            except (NotFoundError, ServiceUnavailableError):
+                continue  # not there (not created yet, or deleted): a pull gets a bare 503
             for d in deliveries:
                 entry = data_entry(self._vs, d.stream_seq, d.headers)
                 key = (entry.origin, entry.origin_seq)

@@ -4,7 +4,8 @@ it stands (no request: no fault, no delay)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.shell.ledger import Ledger
@@ -13,12 +14,15 @@ from rsub_dev.simjs import ConsumerInfo, SimJetStream
 from sidecar.naming import VirtualStream
 from sidecar.nats.origin_log import data_entry
 from sidecar.protocol import (
+    Action,
     Marker,
     MarkerIgnored,
     MarkerRejected,
     Output,
+    PositionsListing,
     Snapshot,
     StreamMachine,
+    SubscriptionAction,
     Update,
 )
 
@@ -31,7 +35,12 @@ class Checks:
         self.consumed: Counter[tuple[str, int]] = Counter()
         """How many times each data message (its origin and origin sequence) was consumed."""
         self._reached: dict[str, int] = {}
+        self.user_changes: Counter[str] = Counter()
+        """Per region, how many times a user reset, deleted or created a durable there."""
         self.ledger = Ledger(vs, js)
+
+    def note(self, what: str) -> None:
+        self._world.note(what)
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -128,10 +137,10 @@ class Checks:
         consumer = self._js.stream(self._vs.read_stream(region)).consumers.get(durable)
         return consumer.info(self._js.now_ms) if consumer is not None else None
 
-    def _standing(self, region: str) -> int | None:
-        """Where the durable stands in `region`: its ack floor extended over what it never
+    def standing(self, region: str, durable: str = DURABLE) -> int | None:
+        """Where `durable` stands in `region`: its ack floor extended over what it never
         delivers (markers), or the stream's end with nothing pending (None: absent)."""
-        info = self.consumer(region, DURABLE)
+        info = self.consumer(region, durable)
         if info is None:
             return None
         stream = self._js.stream(self._vs.read_stream(region))
@@ -139,20 +148,36 @@ class Checks:
         after = next(stream.matching(floor + 1, (self._vs.data_filter(),)), None)
         return stream.last_seq if after is None else after.seq - 1
 
-    def reported(self, machines: Iterable[tuple[str, str, StreamMachine]]) -> None:
+    def reported(self, machines: Iterable[tuple[str, str, StreamMachine, bool]]) -> None:
         """What every replica's machine answers for the durable (`mark_delete`, the API's
         answer), leader or follower, is never beyond where the durable stands; `machines`
-        are (replica, region, machine)."""
-        for name, region, machine in machines:
+        are (replica, region, machine, stale): a stale one (`Replica.stale`) read the
+        durables before their user last changed them, and is excused."""
+        for name, region, machine, stale in machines:
             view = machine.subscription(DURABLE)
-            if view is None or not view.exists or view.mark_delete is None:
+            if stale or view is None or not view.exists or view.mark_delete is None:
                 continue
-            standing = self._standing(region)
+            standing = self.standing(region)
             if standing is None or view.mark_delete > standing:
                 raise self._world.fail(
                     f"reported: {name} reports {DURABLE} at {view.mark_delete}, it stands at "
                     f"{standing}"
                 )
+
+    def behind_home(self, region: str, home: str) -> int | None:
+        """Where the durable stands in `region` when the next data message above it there
+        lies at or below where it stands in `home` (its home's progress covers it: a vector
+        must move it); None otherwise."""
+        standing, at_home = self.standing(region), self.standing(home)
+        if standing is None or at_home is None:
+            return None
+        stream = self._js.stream(self._vs.read_stream(region))
+        after = next(stream.matching(standing + 1, (self._vs.data_filter(),)), None)
+        if after is None:
+            return None
+        entry = data_entry(self._vs, after.seq, after.headers)
+        there = self.ledger.at[home].get((entry.origin, entry.origin_seq))
+        return standing if there is not None and there <= at_home else None
 
     def no_loss(self, home: str) -> None:
         """Every data message the durable has passed in `home`, where it is consumed now, was
@@ -173,7 +198,8 @@ class Fencing:
     """Fencing (docs/protocol.md §2), for one incarnation of one sidecar replica (`name`): a
     marker whose epoch is below one its writer's region already wrote, as fed to it, changes
     nothing (no action, nothing applied); once fed a marker its own region wrote with a newer
-    epoch than its own, it publishes no marker of its old epoch again."""
+    epoch than its own, it publishes no marker of its old epoch again, nor moves or creates a
+    consumer while its machine still has that epoch."""
 
     def __init__(self, world: LoopWorld[ShellParams], name: str, region: str) -> None:
         self._world = world
@@ -198,6 +224,27 @@ class Fencing:
             self.deposed = machine.epoch
             self._world.stats["deposed"] += 1
 
+    def asked(self, machine: StreamMachine, outputs: list[Output]) -> None:
+        """What its machine asks for after an input: nothing to publish or move once it was
+        fed its region's newer epoch (while it still has its old one)."""
+        if self.deposed is None or machine.epoch > self.deposed:
+            return
+        action = next((o for o in outputs if isinstance(o, Action)), None)
+        if action is not None:
+            raise self._world.fail(
+                f"fencing: {self._name} asks for {type(action).__name__} with epoch "
+                f"{machine.epoch} after it read its region's newer epoch"
+            )
+
+    def moving(self, epoch: int, what: str) -> None:
+        """It starts moving or creating a consumer (`what`) with its machine at `epoch`
+        (checked as the request goes out)."""
+        if self.deposed is not None and epoch <= self.deposed:
+            raise self._world.fail(
+                f"fencing: {self._name} {what} with epoch {epoch} after it read its region's "
+                f"newer epoch"
+            )
+
     def publishing(self, marker: Marker) -> None:
         """It starts publishing `marker` (checked as the request goes out)."""
         if self.deposed is not None and marker.epoch <= self.deposed:
@@ -207,12 +254,101 @@ class Fencing:
             )
 
 
-def fenced(factory: type[StreamMachine], fencing: Fencing) -> type[StreamMachine]:
-    """`factory`'s machines, each decoded marker they are fed checked (`Fencing.fed`)."""
+class Replica:
+    """The checks of one incarnation of one sidecar replica (`name`) of `region`: fencing
+    (`Fencing`), retried, and how current its machine's view of the user's changes is."""
 
-    def marker_seen(machine: StreamMachine, read_seq: int, marker: Marker) -> list[Output]:
-        outputs = factory.marker_seen(machine, read_seq, marker)
-        fencing.fed(machine, marker, outputs)
-        return outputs
+    def __init__(
+        self, world: LoopWorld[ShellParams], checks: Checks, name: str, region: str
+    ) -> None:
+        self.fencing = Fencing(world, name, region)
+        self.name = name
+        self._world = world
+        self._checks = checks
+        self._name = name
+        self._region = region
+        self.listed = 0
+        """The user's changes in its region (`Checks.user_changes`) as the last listing of
+        its consumers that landed saw them."""
+        self._applied = 0
+        """... as the listing its machine last took the subscriptions from saw them."""
+        self._owed: dict[str, tuple[SubscriptionAction, int, int]] = {}
+        """Per subscription: a move or creation told failed, the user's changes then, and
+        the current reads its machine applied since without asking for it again."""
 
-    return type(f"Fenced{factory.__name__}", (factory,), {"marker_seen": marker_seen})
+    def stale(self) -> bool:
+        """Whether the user changed a durable in its region since its machine last read
+        them: what it reports may be above a copy reset back, or name one deleted."""
+        return self._checks.user_changes[self._region] > self._applied
+
+    def asked(self, machine: StreamMachine, outputs: list[Output]) -> None:
+        self.fencing.asked(machine, outputs)
+        for o in outputs:
+            if isinstance(o, SubscriptionAction):
+                self._owed.pop(o.subscription, None)
+
+    def failed(self, machine: StreamMachine, action: SubscriptionAction) -> None:
+        """Its machine was told `action` failed: owed, while it leads."""
+        if machine.is_leader:
+            changes = self._checks.user_changes[self._region]
+            self._owed[action.subscription] = (action, min(changes, self._applied), 0)
+
+    def listed_applied(
+        self, machine: StreamMachine, listing: PositionsListing, current: bool
+    ) -> None:
+        """Retried: a move or creation told failed is asked for again by the second current
+        positions read (one begun after every creation asked for) its machine applies since,
+        unless the copy got there by itself (a reply lost), its user changed a durable in
+        its region since (the machine then forgets one deleted: the next update creates it
+        again), or it no longer leads."""
+        if not current:
+            return
+        self._applied = self.listed
+        if not machine.is_leader:
+            self._owed.clear()
+            return
+        for name, (action, changes, reads) in list(self._owed.items()):
+            standing = self._checks.standing(self._region, name)
+            if (standing is not None and standing >= action.ack_floor) or self._checks.user_changes[
+                self._region
+            ] > changes:
+                del self._owed[name]
+            elif reads + 1 < 2:
+                self._owed[name] = (action, changes, reads + 1)
+            else:
+                self._world.stats["retries_missed"] += 1
+                raise self._world.fail(
+                    f"retried: {self._name} was told {action} failed and has not asked for it "
+                    f"again in two reads (it stands at {standing})"
+                )
+
+
+_INPUTS = ("tick", "marker_seen", "positions_listed", "action_done", "action_failed")
+"""The machine's methods every input of the runtime goes through (the driver posts some
+unbound, `StreamMachine.interval` and `marker_read`, which call these on the machine)."""
+
+
+def checked(factory: type[StreamMachine], replica: Replica) -> type[StreamMachine]:
+    """`factory`'s machines, checked after every input: each decoded marker they are fed
+    (`Fencing.fed`), what they ask for (`Replica.asked`), the failures they are told of and
+    the reads they apply (retried)."""
+
+    def wrap(name: str) -> Callable[..., list[Output]]:
+        method = getattr(factory, name)
+
+        def inputs(machine: StreamMachine, *args: Any, **kwargs: Any) -> list[Output]:
+            listing = args[0] if name == "positions_listed" else None
+            current = listing is not None and listing.generation == machine.generation
+            outputs: list[Output] = method(machine, *args, **kwargs)
+            if name == "marker_seen":
+                replica.fencing.fed(machine, args[1], outputs)
+            replica.asked(machine, outputs)
+            if name == "action_failed":
+                replica.failed(machine, args[0])
+            if listing is not None:
+                replica.listed_applied(machine, listing, current)
+            return outputs
+
+        return inputs
+
+    return type(f"Checked{factory.__name__}", (factory,), {n: wrap(n) for n in _INPUTS})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -9,6 +10,7 @@ STREAM = "orders"
 DURABLE = "app"
 SHARDS = 4
 DEDUP_WINDOW_MS = 120_000
+OUTAGE_AT_MS = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,8 @@ class ShellParams:
     consume_batch: int = 5
     failover_ms: int = 6_000
     run_ms: int = 14_000
+    calm_ms: int = 5_000
+    """The end of the run without chaos (the producers stop `calm_ms - 1_000` before it)."""
     lease_ttl_ms: int = 3_000
     replicas: int = 1
     """Sidecar replicas per region, sharing the streams' leadership (`ShardLeases`)."""
@@ -42,6 +46,43 @@ class ShellParams:
     """Sidecar processes freeze (a GC pause, a stalled VM) for half a lease to two, then wake
     with their state: longer than the lease, another replica takes the stream over and the
     frozen one wakes a zombie, its requests under way landing late."""
+    resets: bool = False
+    """Users reset the durable backwards in its home (a replay, from anywhere between the
+    stream's first message and its ack floor)."""
+    deletions: bool = False
+    """Users delete the durable in a region: elsewhere a sidecar creates it again at the next
+    update; in its home the user creates it again (delivering all) unless one did first."""
+    tail_lag_ms: int = 0
+    """The sidecars' live reads of their read streams (the marker and origin tails) each take
+    up to this much longer to see what arrived (a slow ordered consumer), on their own: the
+    data tail and the positions reads may run ahead of the marker tail."""
+    outage_ms: int = 0
+    """From `OUTAGE_AT_MS`, the last region cut off with its sidecars stopped for this long
+    (its own clients still write), the others calm (no other chaos, no failing request from
+    then on): with three
+    regions no snapshot completes meanwhile, only progress vectors move the copies. Needs
+    three regions and no failover (0: none)."""
+
+    @property
+    def produce_until_ms(self) -> int:
+        return self.run_ms - self.calm_ms + 1_000
+
+    @property
+    def vector_window_ms(self) -> int:
+        """How long a copy may stay behind its home's progress during an outage (vector
+        liveness): the home reads its position and publishes its vector (an interval each),
+        the vector crosses a link, the copy's sidecar reads its position and moves it (an
+        interval each, requests delayed), and slack."""
+        return 6 * self.interval_ms + 2 * self.link_delay_ms + 20 * self.max_delay_ms + 1_000
+
+    def __post_init__(self) -> None:
+        if self.outage_ms and (self.regions != 3 or self.failover_ms):
+            raise ValueError(
+                f"an outage needs 3 regions and no failover, got {self.regions} regions, "
+                f"failover_ms={self.failover_ms}"
+            )
+        if self.outage_ms and OUTAGE_AT_MS + self.outage_ms > self.produce_until_ms:
+            raise ValueError(f"an outage of {self.outage_ms} ms ends after the producers stop")
 
     @classmethod
     def draw(cls, rng: random.Random) -> ShellParams:
@@ -61,4 +102,14 @@ class ShellParams:
             replicas=rng.choice([1, 1, 2, 3]),
             timeout_ms=rng.choice([1_500, 5_000, 30_000]),
             freezes=rng.random() < 0.4,
-        )
+            resets=rng.random() < 0.3,
+            deletions=rng.random() < 0.25,
+            tail_lag_ms=rng.choice([0, 0, 0, 100, 300]),
+        ).with_outage(rng)
+
+    def with_outage(self, rng: random.Random) -> ShellParams:
+        """A quarter of the runs that can have one (three regions, no failover) get an
+        outage of 2 to 5 s."""
+        if self.regions != 3 or self.failover_ms or rng.random() >= 0.25:
+            return self
+        return dataclasses.replace(self, outage_ms=rng.randint(2_000, 5_000))

@@ -10,7 +10,7 @@ from typing import Any
 
 from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimPort
-from rsub_dev.sim.shell.checks import Checks, Fencing, fenced
+from rsub_dev.sim.shell.checks import Checks, Replica, checked
 from rsub_dev.sim.shell.params import SHARDS, STREAM, ShellParams
 from sidecar.config import NatsConfig
 from sidecar.metrics import SidecarMetrics
@@ -32,18 +32,20 @@ class CheckedPort(SimPort):
     def __init__(self, net: ProcessNet, checks: Checks, region: str) -> None:
         super().__init__(net)
         self.net = net
-        self._checks = checks
+        self.checks = checks
         self._region = region
-        self.fencing: Fencing | None = None
-        """The running incarnation's (`Sidecar.start`)."""
+        self.replica: Replica | None = None
+        """The running incarnation's checks (`Sidecar.start`)."""
+        self.machine: Callable[[], StreamMachine | None] = lambda: None
+        """The running incarnation's machine (`Sidecar.start`)."""
 
     async def publish(self, stream: str, subject: str, data: bytes, msg_id: str) -> Published:
         """A marker, checked as it goes out (fencing) and as it lands: a completed snapshot
         (safety), an update's progress vector (claim 1)."""
-        checks, js = self._checks, self._net.js
+        checks, js = self.checks, self._net.js
         decoded = decode(data, stream=STREAM, regions=checks.regions)
-        if isinstance(decoded, Marker) and self.fencing is not None:
-            self.fencing.publishing(decoded)
+        if isinstance(decoded, Marker) and self.replica is not None:
+            self.replica.fencing.publishing(decoded)
 
         def land() -> Published:
             if isinstance(decoded, Marker):
@@ -58,25 +60,48 @@ class CheckedPort(SimPort):
 
         return await self._net.call(land)
 
+    def _moving(self, what: str) -> None:
+        machine = self.machine()
+        if self.replica is not None and machine is not None:
+            self.replica.fencing.moving(machine.epoch, what)
+            self.checks.note(f"{self.replica.name} {what} (sent)")
+
     async def consumer_reset(
         self, stream: str, name: str, seq: int, *, timeout_s: float
     ) -> ApiJson:
+        self._moving(f"resets {name} to {seq}")
+
         def land() -> ApiJson:
             # Checked as the reset lands, against the consumer as it is then.
-            self._checks.resetting(self._region, name, seq)
+            self.checks.resetting(self._region, name, seq)
             return self._consumer_json(self._net.js.consumer_reset(stream, name, seq))
 
         reply = await self._net.call(land)
-        self._checks.moved(self._region, name, seq, "reset")
+        self.checks.moved(self._region, name, seq, "reset")
+        return reply
+
+    async def consumer_list(self, stream: str, offset: int, *, timeout_s: float) -> ApiJson:
+        """A listing of the consumers, noting how current it is as it lands (`Replica`)."""
+        replica, changes = self.replica, self.checks.user_changes[self._region]
+        reply = await super().consumer_list(stream, offset, timeout_s=timeout_s)
+        if replica is not None:
+            replica.listed = changes
         return reply
 
     async def consumer_create(
         self, stream: str, name: str, config: Mapping[str, Any], action: str, *, timeout_s: float
     ) -> ApiJson:
-        reply = await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
-        if action == "create":
-            self._checks.moved(self._region, name, int(config.get("opt_start_seq", 1)), "create")
-        return reply
+        if action != "create":
+            return await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
+        self._moving(f"creates {name} from {config.get('opt_start_seq', 1)}")
+        start = int(config.get("opt_start_seq", 1))
+        there = self.checks.consumer(self._region, name) is not None
+        try:
+            return await super().consumer_create(stream, name, config, action, timeout_s=timeout_s)
+        finally:
+            # Checked once created, its reply lost or not.
+            if not there and self.checks.consumer(self._region, name) is not None:
+                self.checks.moved(self._region, name, start, "create")
 
 
 @dataclass
@@ -115,10 +140,11 @@ class Sidecar:
         bucket_name = f"rsub-{region}"
         bucket = await self.port.key_value(bucket_name)
         handles.cursor_store = CursorStore(bucket)
-        self.port.fencing = fencing = Fencing(world, holder, region)
-        machines = fenced(machine_factory, fencing)
+        self.port.replica = replica = Replica(world, self.port.checks, holder, region)
+        machines = checked(machine_factory, replica)
         driver = driver_factory(vs, config, handles, SidecarMetrics(), machines)
         self.driver = driver
+        self.port.machine = lambda: driver.machine
         await driver.rebuild()
         intervals = IntervalLoop(handles, p.interval_ms, sweep_intervals=30)
         ttl_s = p.lease_ttl_ms / 1000

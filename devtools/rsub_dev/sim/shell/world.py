@@ -5,17 +5,15 @@ Every sidecar replica runs the real `StreamDriver`, `IntervalLoop`, `Effects`,
 `sidecar.nats` code above the port), over `SimPort`
 (`rsub_dev.sim.port`): a simulated JetStream on virtual time (looptime's event loop), every
 request and reply delayed, sourcing between regions delayed. Applications publish in every
-region and consume one replicated durable in its home region; at `failover_ms` the home
-region is lost (its sidecar stopped, its sourcing cut) and the application continues in the
-next region. Everything comes from one seed.
+region and consume one replicated durable in its home region, whose users reset and delete
+it; sidecars crash, freeze, lag; regions are cut off, or one is out for long (`_outage`); at
+`failover_ms` the home region is lost (its sidecars stopped, its sourcing cut) and the
+application continues in the next region. Everything comes from one seed.
 
-Checked as the run goes:
-- moved only over consumed data: whenever a sidecar resets or creates the durable, every data
-  message it moves the durable over was consumed (in any region, by its origin);
-- reported: what a machine reports for the durable (`mark_delete`, the API's answer) is never
-  beyond where the durable stands (its ack floor, extended over what it never delivers);
-- no loss: at the end, every data message the durable passed in its home (the region failed
-  over to) was consumed.
+Checked as the run goes (docs/simulation.md lists them): moved only over consumed data,
+never rewound nor over markers alone, reported, snapshot safety, claim 1, fencing and
+retried (`checks`, each replica's `checks.Replica`), vector liveness from an outage on
+(`_vector_liveness`); no loss at the end.
 """
 
 from __future__ import annotations
@@ -25,11 +23,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from rsub_dev.sim.outcome import LoopWorld, SimResult
+from rsub_dev.sim.outcome import LoopWorld, SimResult, Violation
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
 from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
-from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, STREAM, ShellParams
+from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, DURABLE, OUTAGE_AT_MS, STREAM, ShellParams
 from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
 from rsub_dev.simjs import (
     Fault,
@@ -62,13 +60,21 @@ class ShellWorld(LoopWorld[ShellParams]):
         self._sidecars: list[Sidecar] = []
         self._home = self.vs.regions[0]
         self._live = set(self.vs.regions)
+        self._out: set[str] = set()
+        """A region in an outage: cut off, its sidecars stopped, its clients writing."""
         self._js: SimJetStream | None = None
         self._checks: Checks | None = None
+        self._apps: Applications | None = None
 
     @property
     def js(self) -> SimJetStream:
         assert self._js is not None
         return self._js
+
+    @property
+    def apps(self) -> Applications:
+        assert self._apps is not None
+        return self._apps
 
     @property
     def checks(self) -> Checks:
@@ -122,6 +128,19 @@ class ShellWorld(LoopWorld[ShellParams]):
         for sidecar in self._sidecars:
             if sidecar.region == lost:
                 await sidecar.stop()
+        self.apps.recreate(self._home)
+        known = any(
+            s.region == self._home
+            and s.driver is not None
+            and s.driver.machine is not None
+            and s.driver.machine.subscription(DURABLE) is not None
+            for s in self._sidecars
+        )
+        if not known:
+            # No update of the durable ever reached the new home (the lost one never sent
+            # one): nothing to fail over to; its user creates it there (delivering all).
+            self.stats["failovers_unreplicated"] += 1
+            self.apps.recreate(self._home, deleted=False)
         self.stats["failovers"] += 1
 
     async def _chaos(self, until_ms: int) -> None:
@@ -139,6 +158,8 @@ class ShellWorld(LoopWorld[ShellParams]):
                     ("cut", p.partitions),
                     ("junk", p.garbage),
                     ("freeze", p.freezes),
+                    ("reset", p.resets),
+                    ("delete", p.deletions),
                 )
                 if on
             ]
@@ -150,8 +171,15 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.note(f"junk on {region}'s marker subject")
                 self.stats["junk"] += 1
                 self.js.publish(self.vs.marker_subject(region), rng.randbytes(rng.randint(0, 40)))
+            elif kind == "reset":
+                self.apps.replay(self._home)
+            elif kind == "delete":
+                await self.apps.delete(rng.choice(sorted(self._live)))
             elif kind == "freeze":
-                sidecar = rng.choice([s for s in self._sidecars if s.region in self._live])
+                # A leader when there is one: a follower's pause changes little.
+                running = [s for s in self._sidecars if s.region in self._live]
+                leaders = [s for s in running if self._led(s.region, s)]
+                sidecar = rng.choice(leaders or running)
                 ms = rng.randint(p.lease_ttl_ms // 2, 2 * p.lease_ttl_ms)
                 self.note(f"{sidecar.name} freezes for {ms} ms")
                 self.stats["freezes"] += 1
@@ -178,14 +206,86 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.note(f"{cut} healed")
                 self.js.partition(cut, cut=False)
 
+    async def _outage(self) -> None:
+        """From `OUTAGE_AT_MS`, the last region cut off with its sidecars stopped for
+        `outage_ms` (its clients still write); then healed, its sidecars started again."""
+        if await self.until(OUTAGE_AT_MS):
+            return
+        out = self.vs.regions[-1]
+        self.note(f"{out} out for {self.p.outage_ms} ms")
+        self.stats["outages"] += 1
+        self.js.faults.clear()  # the others calm: no failing request either
+        self.js.partition(out)
+        stopped = [s for s in self._sidecars if s.region == out]
+        for sidecar in stopped:
+            await sidecar.stop()
+        self._out.add(out)
+        if await self.until(OUTAGE_AT_MS + self.p.outage_ms):
+            return
+        self.note(f"{out} back")
+        self.js.partition(out, cut=False)
+        self._out.discard(out)
+        for sidecar in stopped:
+            await self._start(sidecar)
+
+    async def _vector_liveness(self) -> None:
+        """Vector liveness, from an outage on (the rest of the run is calm): when the home's
+        copy has passed the next data message above the copy of another live region, that
+        copy advances within `vector_window_ms` (during the outage no snapshot completes: only
+        the home's progress vectors can move it; after it, the region back floods the others
+        with what it wrote meanwhile). Time without a leader awake in that region or in the
+        home (a restarted replica waiting out its old lease) is not counted."""
+        owed: dict[str, tuple[int, int]] = {}  # region -> (where it stood, since when)
+        window = self.p.vector_window_ms
+        if await self.until(OUTAGE_AT_MS):
+            return
+        while True:
+            await asyncio.sleep(self.p.interval_ms / 1000)
+            self.js.settle()
+            now = self.now_ms()
+            for region in sorted(self._live - self._out - {self._home}):
+                standing = self.checks.standing(region)
+                was = owed.get(region)
+                if was is not None and (standing is None or standing > was[0]):
+                    self.stats["vector_advances"] += 1
+                    del owed[region]
+                    was = None
+                if was is None or not self._led(region) or not self._led(self._home):
+                    # Time without a leader awake there or in the home (a lease waited out)
+                    # is not counted.
+                    behind = self.checks.behind_home(region, self._home)
+                    if behind is not None:
+                        owed[region] = (behind, now)
+                elif now - was[1] > window:
+                    raise self.fail(
+                        f"vector liveness: {DURABLE} in {region} stands at {was[0]} since "
+                        f"{was[1]} ms, behind its home {self._home}'s progress"
+                    )
+
+    def _led(self, region: str, replica: Sidecar | None = None) -> bool:
+        """Whether a replica of `region` (`replica`, if given) runs, awake, with a machine
+        that leads."""
+        return any(
+            s.region == region
+            and (replica is None or s is replica)
+            and s.tasks
+            and s.port.net.awake.is_set()
+            and s.driver is not None
+            and s.driver.machine is not None
+            and s.driver.machine.is_leader
+            for s in self._sidecars
+        )
+
     async def _checking(self) -> None:
         while True:
             await asyncio.sleep(self.p.interval_ms / 1000)
             self.js.settle()
             self.checks.reported(
-                (s.name, s.region, s.driver.machine)
+                (s.name, s.region, s.driver.machine, s.port.replica.stale())
                 for s in self._sidecars
-                if s.driver is not None and s.driver.machine is not None
+                if s.driver is not None
+                and s.driver.machine is not None
+                and s.port.replica is not None
             )
 
     async def _start(self, sidecar: Sidecar) -> None:
@@ -194,9 +294,11 @@ class ShellWorld(LoopWorld[ShellParams]):
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
         self._js = SimJetStream(LoopClock(loop), rng=random.Random(self.seed ^ 0x5EA))
-        net = SimNet(self._js, self.rng, self.p.max_delay_ms)
+        net = SimNet(self._js, self.rng, self.p.max_delay_ms, self.p.tail_lag_ms)
         checks = self._checks = Checks(self, self.vs, self._js)
-        apps = Applications(self, self.vs, net, checks, self._live.__contains__, lambda: self._home)
+        apps = self._apps = Applications(
+            self, self.vs, net, checks, self._live.__contains__, lambda: self._home
+        )
         self._topology()
         apps.create_durable(self._home)
         if self.p.action_failures:
@@ -213,10 +315,14 @@ class ShellWorld(LoopWorld[ShellParams]):
                     port = CheckedPort(ProcessNet(net), checks, name)
                     self._sidecars.append(Sidecar(name, index, port))
                     await self._start(self._sidecars[-1])
-            produce_until = self.p.run_ms - 4_000
+            produce_until = self.p.produce_until_ms
             tasks += [loop.create_task(apps.produce(r, produce_until)) for r in self.vs.regions]
             tasks.append(loop.create_task(self._checking()))
-            chaos_until = self.p.failover_ms or self.p.run_ms - 5_000
+            chaos_until = self.p.failover_ms or self.p.run_ms - self.p.calm_ms
+            if self.p.outage_ms:
+                chaos_until = OUTAGE_AT_MS
+                tasks.append(loop.create_task(self._outage()))
+                tasks.append(loop.create_task(self._vector_liveness()))
             tasks.append(loop.create_task(self._chaos(chaos_until)))
             tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
             if self.p.failover_ms:
@@ -232,7 +338,11 @@ class ShellWorld(LoopWorld[ShellParams]):
                 await sidecar.stop()
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            ended = await asyncio.gather(*tasks, return_exceptions=True)
+            # A task of the world's own that broke is a bug of the world, never a result.
+            broken = [e for e in ended if isinstance(e, Exception) and not isinstance(e, Violation)]
+            if broken:
+                raise broken[0]
 
 
 def run_shell(seed: int, params: ShellParams | None = None, **kwargs: Any) -> ShellResult:
