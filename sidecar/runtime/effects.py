@@ -11,6 +11,7 @@ or cursor has it, and asks again for one that failed or was dropped.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, assert_never
 
 import structlog
@@ -72,14 +73,14 @@ class Effects:
             log.info("action_dropped_not_leader", stream=name, action=repr(action))
             return None
         try:
-            return await self._act(action)
+            return await self._act(action, lambda: self.leads_with(machine))
         except _FAILED as err:
             log.warning("action_failed", stream=name, action=repr(action), error=repr(err))
         except Exception:  # a bug here must not leave the machine waiting for an outcome
             log.exception("action_crashed", stream=name, action=repr(action))
         return None
 
-    async def _act(self, action: Action) -> int | None:
+    async def _act(self, action: Action, leading: Callable[[], bool]) -> int | None:
         vs, port, region = self._vs, self._handles.port, self._handles.region
         read_stream = vs.read_stream(region)
         match action:
@@ -97,7 +98,9 @@ class Effects:
                 # it has not delivered up to `ack_floor` yet; it never rewinds a consumer.
                 # Left alone, its ack floor (read then) is what it stands at.
                 try:
-                    moved = await consumers.move_forward(port, read_stream, sub, ack_floor)
+                    moved = await consumers.move_forward(
+                        port, read_stream, sub, ack_floor, leading=leading
+                    )
                 except NotFoundError:
                     log.warning("subscription_gone", stream=vs.name, subscription=sub)
                     return None
@@ -112,7 +115,9 @@ class Effects:
                 created = await consumers.create_consumer(port, read_stream, sub, origin, ack_floor)
                 if created is not None:
                     return created
-                moved = await consumers.move_forward(port, read_stream, sub, ack_floor)
+                moved = await consumers.move_forward(
+                    port, read_stream, sub, ack_floor, leading=leading
+                )
                 return moved.ack_floor_after
             case (
                 MoveCursor(subscription=sub, ack_floor=ack_floor)
