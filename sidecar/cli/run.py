@@ -21,7 +21,10 @@ import uvloop
 
 from sidecar.api.errors import ListenError
 from sidecar.api.service import Service
-from sidecar.config import Config, ConfigError, load_config, unrelated_env
+from sidecar.config.checks import ConfigError
+from sidecar.config.environment import unrelated_env
+from sidecar.config.loading import load_config
+from sidecar.config.schema import Config
 from sidecar.logs import configure_logging
 from sidecar.nats.connection import NatsRefused
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
-from sidecar.config import GrpcTlsConfig
+from sidecar.config.schema import GrpcTlsConfig
 from spark_jobs.rsub_spark.cursor import SidecarClient, SidecarError
 from spark_jobs.rsub_spark.options import parse_options
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.config import Config, split_host_port, unrelated_env
+from sidecar.config.environment import unrelated_env
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import split_host_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "rsub-sidecar"
@@ -120,7 +122,7 @@ def test_release_reaches_a_config_the_sidecar_accepts(
     # chart bug; one that looks like a typo is fatal).
     env = {e["name"]: e.get("value", "from-secret") for e in container.get("env", [])}
     assert unrelated_env(env) == []
-    config = Config.from_mapping(relocated, env)
+    config = config_from_mapping(relocated, env)
     assert config.region == values["region"]
     auth = values.get("natsSecret", {}).get("auth", "none")
     assert (config.nats.creds_file is not None) == (auth == "creds")
@@ -260,7 +262,7 @@ def test_discovery_alone_renders_a_config_the_sidecar_accepts(helm_tool: ModuleT
     values["config"].update(streams=[], discovery={"enabled": True, "match": ["orders-*"]})
     objs = objects(helm_tool, values, "rsub-west")
     data = yaml.safe_load(objs["ConfigMap"]["data"]["sidecar.yaml"])
-    config = Config.from_mapping(data)
+    config = config_from_mapping(data)
     assert config.streams == ()
     assert config.discovery.enabled and config.discovery.match == ("orders-*",)
 

@@ -12,7 +12,7 @@ from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimPort
 from rsub_dev.sim.shell.checks import Checks, Replica, checked
 from rsub_dev.sim.shell.params import SHARDS, STREAM, ShellParams
-from sidecar.config import NatsConfig
+from sidecar.config.nats import NatsConfig
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection
