@@ -356,7 +356,11 @@ def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_of
         above = [r["origin_sequence"] for r in every if r["origin_region"] == region]
         progress[region] = above[len(above) // 2]
     state = api_pb2.GetSubscriptionResponse(
-        stream=name, subscription="billing", mark_delete=position, progress=progress
+        stream=name,
+        subscription="billing",
+        kind="external",
+        mark_delete=position,
+        progress=progress,
     )
     sidecar = StateServer([state])
     options = orders_layout.options(subscription="billing", sidecar=sidecar.address)
