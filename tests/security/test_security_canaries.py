@@ -39,7 +39,7 @@ from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.client import call_metadata
 from sidecar.api.service import Service
 from sidecar.config.loading import config_from_mapping
-from spark_jobs.rsub_spark.cursor import SidecarClient
+from spark_jobs.rsub_spark.cursor import sidecar_client
 from spark_jobs.rsub_spark.nats_read import NatsSession, stream_bounds
 from spark_jobs.rsub_spark.options import parse_options
 from tests.support.nats_jwt import operator_setup, write_creds
@@ -547,14 +547,14 @@ async def test_spark_source_clients(
             session.close()
 
     def ask_sidecar(opts: Any) -> None:
-        client = SidecarClient.for_options(opts)
+        client = sidecar_client(opts)
         try:
             client.subscription(opts.stream, "billing")
         finally:
             client.close()
 
     def commit(opts: Any) -> None:
-        client = SidecarClient.for_options(opts)
+        client = sidecar_client(opts)
         try:
             client.commit_with_retries(opts.stream, "billing", 7, attempts=2, backoff_s=0.05)
         finally:
