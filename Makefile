@@ -15,7 +15,7 @@ PROMTOOL := $(TOOLS)/prometheus/promtool
 PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak sim-variants chaos fuzz bench clean
+.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme config-schema promtool alerts-check unit soak sim-variants chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
@@ -25,6 +25,7 @@ help:
 	@echo "make proto-format - format protos/ with buf"
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
+	@echo "make config-schema - regenerate the chart's config schema from sidecar/config"
 	@echo "make soak SECONDS=600 - run the simulations (protocol, leases, the real runtime) for as long as asked"
 	@echo "make sim-variants SEEDS=40 - the real runtime's simulation over SEEDS seeds of every kind of run"
 	@echo "make chaos SEEDS=10 SECONDS=60 [FIRST_SEED=1] - randomized fault campaign, a run per seed"
@@ -120,14 +121,19 @@ alerts-check: $(STAMP) $(PROMTOOL_STAMP)
 proto-release: $(STAMP)
 	$(BIN)/python protos/breaking.py --release
 
-# The Helm chart as chart-testing lints it (each ci/*-values.yaml: lint, render, validate)
-# and its README generated from the values' comments.
+# The Helm chart as chart-testing lints it (each ci/*-values.yaml: lint, render, validate),
+# its README generated from the values' comments and its `config` schema from the sidecar's
+# settings model.
 chart-check: $(STAMP)
 	$(BIN)/python scripts/helm_tool.py ci helm/rsub-sidecar
 	$(BIN)/python scripts/chart_readme.py --check
+	$(BIN)/python scripts/config_schema.py --check
 
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
+
+config-schema: $(STAMP)
+	$(BIN)/python scripts/config_schema.py
 
 lint: $(STAMP) proto-check proto-lint chart-check alerts-check
 	$(BIN)/ruff check .

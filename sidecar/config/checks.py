@@ -45,9 +45,15 @@ class ConfigError(ValueError):
         return cls([f"{key}: {problem}" for key, problem in items], keyed=items)
 
 
-def checked_by(check: Check) -> dict[str, Check]:
-    """A field's metadata naming its check."""
-    return {"check": check}
+def checked_by(check: Check | None = None, json: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A field's metadata: its check, and what it allows as JSON Schema keywords beyond the
+    field's type (`json`), from which `scripts/config_schema.py` writes the chart's values
+    schema: the two say the same, side by side."""
+    return {"check": check, "json": json or {}}
+
+
+POSITIVE = {"exclusiveMinimum": 0}
+NOT_NEGATIVE = {"minimum": 0}
 
 
 def problems_in(section: type, values: Mapping[str, Any]) -> list[Problem]:

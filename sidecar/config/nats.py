@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config.checks import (
+    POSITIVE,
     ConfigError,
     Problem,
     Section,
@@ -48,13 +49,17 @@ class NatsTlsConfig(Section):
 
 @dataclass(frozen=True)
 class NatsConfig(Section):
-    servers: tuple[str, ...] = field(metadata=checked_by(_nats_urls))
+    servers: tuple[str, ...] = field(
+        metadata=checked_by(
+            _nats_urls, {"minItems": 1, "items": {"pattern": "^(nats|tls|ws|wss)://"}}
+        )
+    )
     user: str | None = None
     password: Secret | None = None
     token: Secret | None = None
     creds_file: Path | None = field(default=None, metadata=checked_by(existing_file))
     tls: NatsTlsConfig = field(default_factory=NatsTlsConfig)
-    connect_timeout_s: float = field(default=5.0, metadata=checked_by(positive))
+    connect_timeout_s: float = field(default=5.0, metadata=checked_by(positive, POSITIVE))
 
     __repr__ = repr_hiding_userinfo
 

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config.checks import (
+    NOT_NEGATIVE,
+    POSITIVE,
     Problem,
     Section,
     cert_and_key,
@@ -23,11 +25,23 @@ from sidecar.config.checks import (
 from sidecar.config.nats import NatsConfig
 from sidecar.config.secrets import Secret
 from sidecar.logs import LogFormat, LogLevel
-from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM, NamingError, VirtualStream
+from sidecar.naming import (
+    DEFAULT_READ_STREAM,
+    DEFAULT_WRITE_STREAM,
+    TOKEN_PATTERN,
+    NamingError,
+    VirtualStream,
+)
+
+# What the checks allow, in JSON Schema terms (a stream pattern's full rule is the naming
+# contract's, checked with the streams: `Config._check`).
+_NAME = {"pattern": TOKEN_PATTERN}
+_STREAM_PATTERN = checked_by(json={"pattern": r"\{region\}"})
 
 # JetStream KV bucket names (the lease bucket).
 BUCKET_RE = re.compile(r"[A-Za-z0-9_-]+")
 _JETSTREAM_MAX_REPLICAS = 5
+_REPLICAS = {"minimum": 1, "maximum": _JETSTREAM_MAX_REPLICAS}
 
 
 def _regions(value: tuple[str, ...]) -> str | None:
@@ -102,10 +116,10 @@ def _cluster_names(value: Mapping[str, str]) -> str | None:
 class StreamConfig(Section):
     """A virtual stream; `write_stream`/`read_stream` are patterns over {name} and {region}."""
 
-    name: str
-    write_stream: str = DEFAULT_WRITE_STREAM
-    read_stream: str = DEFAULT_READ_STREAM
-    replicas: int = field(default=1, metadata=checked_by(_replicas))
+    name: str = field(metadata=checked_by(json=_NAME))
+    write_stream: str = field(default=DEFAULT_WRITE_STREAM, metadata=_STREAM_PATTERN)
+    read_stream: str = field(default=DEFAULT_READ_STREAM, metadata=_STREAM_PATTERN)
+    replicas: int = field(default=1, metadata=checked_by(_replicas, _REPLICAS))
 
 
 @dataclass(frozen=True)
@@ -116,10 +130,13 @@ class DiscoveryConfig(Section):
     {name} and {region}, as for a listed stream). It never creates their streams."""
 
     enabled: bool = False
-    match: tuple[str, ...] = field(default=("*",), metadata=checked_by(_globs))
-    interval_s: float = field(default=30.0, metadata=checked_by(positive))
-    write_stream: str = DEFAULT_WRITE_STREAM
-    read_stream: str = DEFAULT_READ_STREAM
+    match: tuple[str, ...] = field(
+        default=("*",),
+        metadata=checked_by(_globs, {"minItems": 1, "items": {"pattern": f"^{_GLOB_RE.pattern}$"}}),
+    )
+    interval_s: float = field(default=30.0, metadata=checked_by(positive, POSITIVE))
+    write_stream: str = field(default=DEFAULT_WRITE_STREAM, metadata=_STREAM_PATTERN)
+    read_stream: str = field(default=DEFAULT_READ_STREAM, metadata=_STREAM_PATTERN)
 
     def matches(self, name: str) -> bool:
         """Whether the virtual-stream `name` matches one of the globs (case-sensitive)."""
@@ -137,10 +154,10 @@ class DiscoveryConfig(Section):
 
 @dataclass(frozen=True)
 class SnapshotConfig(Section):
-    interval_ms: int = field(default=1000, metadata=checked_by(positive))
-    timeout_s: float = field(default=30.0, metadata=checked_by(positive))
-    cache_size: int = field(default=30, metadata=checked_by(positive))
-    sweep_intervals: int = field(default=120, metadata=checked_by(positive))
+    interval_ms: int = field(default=1000, metadata=checked_by(positive, POSITIVE))
+    timeout_s: float = field(default=30.0, metadata=checked_by(positive, POSITIVE))
+    cache_size: int = field(default=30, metadata=checked_by(positive, POSITIVE))
+    sweep_intervals: int = field(default=120, metadata=checked_by(positive, POSITIVE))
     """Every stream's positions are read at least once per this many intervals, whatever
     the signals say (a missed signal only delays an update by as much)."""
 
@@ -151,7 +168,7 @@ class ProgressConfig(Section):
     with updates and applied. Off, rsub is PIP-33 only (for comparison, or to save the index)."""
 
     enabled: bool = True
-    interval_ms: int | None = field(default=None, metadata=checked_by(positive))
+    interval_ms: int | None = field(default=None, metadata=checked_by(positive, POSITIVE))
     """How often a subscription's changed vector may go out, and its positions be read on a
     signal: vectors need no round trip, so they may go out more often than snapshots start.
     None: `snapshot.interval_ms`."""
@@ -163,19 +180,21 @@ class FailbackConfig(Section):
     durables until every other region told it what they consumed meanwhile, for `hold_s` at
     most (0: no guard)."""
 
-    hold_s: float = field(default=120.0, metadata=checked_by(not_negative))
+    hold_s: float = field(default=120.0, metadata=checked_by(not_negative, NOT_NEGATIVE))
 
 
 @dataclass(frozen=True)
 class LeaseConfig(Section):
-    bucket: str = field(default="rsub-leases", metadata=checked_by(_bucket))
-    ttl_s: float = field(default=10.0, metadata=checked_by(positive))
+    bucket: str = field(
+        default="rsub-leases", metadata=checked_by(_bucket, {"pattern": f"^{BUCKET_RE.pattern}$"})
+    )
+    ttl_s: float = field(default=10.0, metadata=checked_by(positive, POSITIVE))
     # Streams are split into this many shards, each with its own lease: the unit of work
     # the replicas of a region share (sidecar/nats/shards.py). Same value on every replica.
-    shards: int = field(default=32, metadata=checked_by(positive))
+    shards: int = field(default=32, metadata=checked_by(positive, POSITIVE))
     # Replicas of the region's KV bucket (leases, members, cursors: `open_regional_kv`).
     # None: as many as the region's cluster can place, up to 3.
-    replicas: int | None = field(default=None, metadata=checked_by(_replicas))
+    replicas: int | None = field(default=None, metadata=checked_by(_replicas, _REPLICAS))
 
 
 @dataclass(frozen=True)
@@ -220,12 +239,15 @@ _NAMING_FIELDS = {"name": "name", "write_pattern": "write_stream", "read_pattern
 @dataclass(frozen=True)
 class Config(Section):
     region: str
-    regions: tuple[str, ...] = field(metadata=checked_by(_regions))
+    regions: tuple[str, ...] = field(
+        metadata=checked_by(_regions, {"minItems": 1, "uniqueItems": True, "items": _NAME})
+    )
     nats: NatsConfig
     streams: tuple[StreamConfig, ...] = field(default=(), metadata=checked_by(_unique_streams))
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     cluster_for_region: Mapping[str, str] = field(
-        default_factory=lambda: types.MappingProxyType({}), metadata=checked_by(_cluster_names)
+        default_factory=lambda: types.MappingProxyType({}),
+        metadata=checked_by(_cluster_names, {"additionalProperties": {"pattern": r"^\S+$"}}),
     )
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     progress: ProgressConfig = field(default_factory=ProgressConfig)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sidecar.config.checks import ConfigError
 from sidecar.config.environment import unrelated_env
 from sidecar.config.loading import config_from_mapping
 from sidecar.config.schema import split_host_port
@@ -917,3 +918,43 @@ def test_readme_refuses_undocumented_values(
 ) -> None:
     with pytest.raises(chart_readme.ValuesDocError, match=re.escape(message)):
         chart_readme.value_rows(text)
+
+
+def test_the_config_schema_is_what_the_settings_model_gives(config_schema: ModuleType) -> None:
+    """values.schema.json's `config` part is written from `sidecar.config` (`make
+    config-schema`): it fails here as soon as either changes alone."""
+    current = (CHART / "values.schema.json").read_text()
+    assert config_schema.written(current) == current, "run `make config-schema`"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: c["lease"].update(replicas=6),
+        lambda c: c["lease"].update(ttl_s=0),
+        lambda c: c["lease"].update(bucket="a.b"),
+        lambda c: c["snapshot"].update(interval_ms=0),
+        lambda c: c["failback"].update(hold_s=-1),
+        lambda c: c["log"].update(level="loud"),
+        lambda c: c["progress"].update(interval_ms="soon"),
+        lambda c: c["nats"].update(servers=["http://h:4222"]),
+        lambda c: c.update(cluster_for_region={"west": "a b"}),
+        lambda c: c["streams"].append({"name": "x", "replicas": 0}),
+        lambda c: c["streams"].append({"name": "x", "write_stream": "{name}-w"}),
+        lambda c: c["discovery"].update(match=[]),
+        lambda c: c.update(snapshots={}),
+    ],
+)
+def test_the_chart_refuses_what_the_sidecar_refuses(helm_tool: ModuleType, change: Any) -> None:
+    """The same bad settings, given to Helm (the values schema) and to the sidecar's loader."""
+    values = example_values(helm_tool, "west")
+    config = values["config"]
+    for section in ("discovery", "lease", "snapshot", "failback", "log", "progress"):
+        config.setdefault(section, {})
+    helm_tool.render(CHART, values)
+    config_from_mapping({**config, "region": "west"})
+    change(config)
+    with pytest.raises(helm_tool.ChartError, match="at '/config"):
+        helm_tool.render(CHART, values)
+    with pytest.raises(ConfigError):
+        config_from_mapping({**config, "region": "west"})
