@@ -283,7 +283,7 @@ class NatsConnection:
     @property
     def js(self) -> JetStreamContext:
         """The JetStream context of the current client, made once per client (nats-py makes
-        a new one at every `jetstream()`, which cost 3 % of the CPU at a thousand streams)."""
+        a new one at every `jetstream()`, which showed in the profiles at a thousand streams: docs/benchmarks.md)."""
         nc = self.nc
         if self._js is None or self._js[0] is not nc:
             self._js = (nc, nc.jetstream())
