@@ -157,14 +157,14 @@ class ShellParams:
             return self
         return dataclasses.replace(self, outage_ms=rng.randint(2_000, 5_000))
 
-    def with_failback(self, rng: random.Random) -> ShellParams:
-        """A third of the runs with a failover get the lost region back 1.5 to 3 s later
+    def with_failback(self, rng: random.Random, chance: float = 1 / 3) -> ShellParams:
+        """`chance` of the runs with a failover (a third) get the lost region back 1.5 to 3 s later
         (without users' resets and deletions), the run long enough for sourcing to resume and
         the hold to end (`run_shell` draws it after `draw`, so the kinds of runs built on
         `draw` stay as they were)."""
-        if not self.failover_ms or rng.random() >= 1 / 3:
+        if not self.failover_ms or rng.random() >= chance:
             return self
-        back = self.failback_ms or self.failover_ms + rng.randint(1_500, 3_000)
+        back = self.failover_ms + rng.randint(1_500, 3_000)
         reconnect = self.lease_ttl_ms + rng.randint(1_500, 3_000)
         silent = self.regions == 3 and rng.random() < 0.25
         return dataclasses.replace(
