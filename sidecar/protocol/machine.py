@@ -170,6 +170,12 @@ class StreamMachine:
         for stored in markers:
             outputs = machine.marker_read(stored, now_ms)
             read.extend(o for o in outputs if isinstance(o, MarkerRead | MarkerRejected))
+        # A replayed sign of consumption is not news: a marker carries no time, and the
+        # region may have stopped long ago (docs/protocol.md §8). It counts again from the
+        # next update read live.
+        for sub in machine._subs.values():
+            sub.consumed_ms.clear()
+        machine._active_until = 0
         machine.positions_read(positions, read_last_seq)
         return machine, read
 

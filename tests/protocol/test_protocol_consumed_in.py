@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sidecar.naming import VirtualStream
 from sidecar.protocol import (
     MachineConfig,
     Marker,
@@ -14,6 +15,7 @@ from sidecar.protocol import (
     Output,
     PositionsListing,
     PublishReplicated,
+    StoredMarker,
     StreamMachine,
     SubscriptionInfo,
     Update,
@@ -153,3 +155,22 @@ def test_a_new_leaders_first_read_is_its_baseline_and_followers_tell_nothing() -
     assert consumed_in(m) == ()
     read(m, 9, 4_000)
     assert consumed_in(m) == ("a",)
+
+
+def test_a_replayed_sign_is_not_news() -> None:
+    """A machine rebuilt from the read stream (a restarted sidecar) replays every update
+    stored there, those saying a region consumed long ago included: a marker carries no
+    time, so the replay counts none, and the region counts again from an update read live
+    (the shell simulation's seed 0 of `_back`, tests/dev/test_shell_failback.py)."""
+    body = Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"b": 2}, 2, consuming=True)
+    stored = StoredMarker(
+        11,
+        VirtualStream(STREAM, ("a", "b")).marker_subject("b"),
+        encode(Marker("b", STREAM, 1, body)),
+    )
+    config = MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS)
+    m, read_markers = StreamMachine.restore(config, [stored], SUBS, {"d": 0}, 13, 50_000)
+    assert len(read_markers) == 1
+    assert consumed_in(m) == ()
+    m.marker_seen(14, Marker("b", STREAM, 1, body))
+    assert consumed_in(m) == ("b",)
