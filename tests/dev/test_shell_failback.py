@@ -197,11 +197,12 @@ def test_seed_0_a_restarted_sidecar_reports_no_region_that_stopped_consuming() -
     assert result.violation is None, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="the release waits for a read with no move in flight")
 def test_seed_2_a_region_consuming_elsewhere_does_not_hold_the_returned_one() -> None:
     """Found by this world (`_back`, seed 2: two regions, both consuming after the return):
     once r1 answered, every positions read of r0 asked for the next move r1's latest
     progress called for, so no read found the durable without a move in flight, and the
-    hold lasted while r1 consumed (up to its deadline, 120 s)."""
+    hold lasted while r1 consumed (up to its deadline, 120 s). A held durable that reached
+    what the progress called for at the first read after every answer is now asked no
+    further move before its release."""
     result = run_shell(2, _back(2))
     assert result.violation is None, result.report()
