@@ -137,8 +137,9 @@ class SimJetStream:
     def restart(self, cluster: str, reconnect_ms: Mapping[str, int]) -> None:
         """The servers of `cluster` come back (after a loss: `partition` healed) with what
         they stored: its streams elect new leaders (`leader_since`), and each link between
-        it and another cluster `c` carries nothing for `reconnect_ms[c]` (0 when not named);
-        meanwhile its streams have not heard from their sources there (`active` of -1)."""
+        it and a cluster `c` (itself included: its streams' sources of its own streams)
+        carries nothing for `reconnect_ms[c]` (0 when not named); meanwhile its streams have
+        not heard from those sources (`active` of -1)."""
         self.partition(cluster, cut=False)
         now = self._settled_ms
         for name, stream in self._streams.items():
@@ -148,7 +149,7 @@ class SimJetStream:
             origin = self._streams.get(link.origin)
             here = self._streams[link.target].config.placement
             there = origin.config.placement if origin is not None else None
-            if here == there or cluster not in (here, there):
+            if cluster not in (here, there):
                 continue
             other = there if here == cluster else here
             link.open_since_ms = max(link.open_since_ms, now + reconnect_ms.get(other or "", 0))

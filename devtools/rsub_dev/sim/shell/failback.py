@@ -3,7 +3,7 @@ in the runtime's world.
 
 A returning region (`ShellParams.failback_ms`): the home region `a`, lost at `failover_ms`,
 comes back (`SimJetStream.restart`: its servers with what they stored, its streams under new
-leaders, sourcing between it and each other region resuming only `reconnect_ms` and up to
+leaders, each of its sources (its own region's included) resuming only `reconnect_ms` and up to
 2 s later), its sidecars start again and its application consumes at once; the one in the
 region it failed over to stops, or goes on (`both_consume`); with `silent`, the third
 region is cut off from then on and never answers.
@@ -85,6 +85,9 @@ class Failback:
         not all of them will)."""
         self._from: int | None = None
         self._last_delivered: int | None = None
+        self._uncovered_at: dict[int, int] = {}
+        """In the returned region once the guard settled: when each message no region had
+        consumed before the return was delivered (by its sequence there)."""
         self._listed_ms: dict[StreamMachine, int] = {}
         """Per machine, when it last applied a positions read."""
         self._local_sign_ms: dict[StreamMachine, int] = {}
@@ -101,6 +104,13 @@ class Failback:
         """How long a positions read (its listing, the effective positions) or a publish
         may take, the tails lagging: requests delayed both ways."""
         return 30 * self._p.max_delay_ms + self._p.tail_lag_ms
+
+    @property
+    def _move_ms(self) -> int:
+        """How long a move over covered messages may follow the ack of the message no region
+        consumed before them: the ack's signal, a read and the move (an interval each),
+        requests delayed."""
+        return 3 * self._p.interval_ms + self._read_slack_ms
 
     @property
     def consumed_in_bound_ms(self) -> int:
@@ -206,7 +216,7 @@ class Failback:
         loop = asyncio.get_running_loop()
         a = world.vs.regions[0]
         others = [r for r in world.vs.regions if r != a]
-        reconnect = {r: p.reconnect_ms + world.rng.randint(0, 2_000) for r in others}
+        reconnect = {r: p.reconnect_ms + world.rng.randint(0, 2_000) for r in world.vs.regions}
         self._elsewhere = set().union(*(self._consumed_by[r] for r in others))
         world.js.faults.clear()  # calm from here: no failing request
         if p.silent:
@@ -216,7 +226,7 @@ class Failback:
         world.js.restart(a, reconnect)
         self._returned, self._back_ms = a, world.now_ms()
         if not p.silent:
-            self._caught_up_ms = self._back_ms + max(reconnect.values())
+            self._caught_up_ms = self._back_ms + max(reconnect[r] for r in others)
         world.note(f"{a} back (sourcing resumes after {reconnect})")
         world.stats["returns"] += 1
         world._live.add(a)
@@ -268,24 +278,20 @@ class Failback:
         for seq, entry in entries:
             data = (entry.origin, entry.origin_seq)
             if data not in self._elsewhere:
+                self._uncovered_at[seq] = now
                 continue
-            uncovered = next(
-                (
-                    m.seq
-                    for m in stream.matching(self._from + 1, (vs.data_filter(),), seq - 1)
-                    if (e := data_entry(vs, m.seq, m.headers)) is not None
-                    and (e.origin, e.origin_seq) not in self._elsewhere
-                ),
-                None,
-            )
-            if uncovered is not None:
+            # The last message before it since the durable's last skip that no region had
+            # consumed: the move over what follows it waits for the read after its ack.
+            uncovered = max((u for u in self._uncovered_at if self._from < u < seq), default=None)
+            if uncovered is not None and now - self._uncovered_at[uncovered] <= self._move_ms:
                 world.stats["failback_after_uncovered"] += 1
                 continue
             raise world.fail(
                 f"failback safety: {region} delivered {data} at {seq}, consumed elsewhere "
                 f"before {region} returned at {self._back_ms} ms (guard decided at "
                 f"{self._decided_ms} ms, held {self._hold_landed_ms}, released "
-                f"{self._released_ms}; nothing uncovered after {self._from})"
+                f"{self._released_ms}; the last message consumed nowhere before it, since "
+                f"{self._from}: {uncovered})"
             )
         world.stats["failback_checked"] += len(entries)
 
@@ -444,7 +450,10 @@ class Failback:
         for r in (world.vs.regions[0], world.vs.regions[1]):
             times = self._fetched[r]
             k = bisect_right(times, now - bound)
-            if k and times[k - 1] >= max(start, now - window) and r not in reported:
+            if not k or times[k - 1] < max(start, now - window):
+                continue
+            world.stats["both_reported_checked"] += 1
+            if r not in reported:
                 raise world.fail(
                     f"consumed in: {name} in {region} does not report {r} consuming, its "
                     f"application consumed there at {times[k - 1]} ms"

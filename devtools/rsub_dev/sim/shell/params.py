@@ -69,8 +69,9 @@ class ShellParams:
     failback_ms: int = 0
     """When the home region lost at `failover_ms` comes back (0: never; docs/protocol.md §7):
     its servers with the durable where it stood, its streams under new leaders, its sidecars
-    started again, its application consuming at once; sourcing between it and each other
-    region resumes only `reconnect_ms` (and up to 2 s more) later. Needs a failover."""
+    started again, its application consuming at once; sourcing between it and each region
+    (its own streams' included) resumes only `reconnect_ms` (and up to 2 s more) later.
+    Needs a failover."""
     reconnect_ms: int = 5_000
     both_consume: bool = False
     """After the return, the application goes on in the region it failed over to too: two
@@ -182,4 +183,5 @@ class ShellParams:
     def silent_hold_ms(self, reconnect_ms: int) -> int:
         """A deadline for runs with a silent region: past the last link's reconnection and
         the window after it (the answers of the others applied first), never a move's pause."""
-        return max(reconnect_ms + 2_000 + self.failback_window_ms + 2_000, MOVE_PAUSE_MS + 1)
+        hold_ms = reconnect_ms + 2_000 + self.failback_window_ms + 2_000
+        return hold_ms + 1 if hold_ms == MOVE_PAUSE_MS else hold_ms
