@@ -169,7 +169,9 @@ class SimJetStream:
                 link.heard_ms = None if active is None else now - active
 
     def _active(self, link: Link) -> int | None:
-        return link.active_ms(self._settled_ms, self._blocked(link))
+        """Nothing is heard from an origin that does not exist (-1 on a real server)."""
+        blocked = self._blocked(link) or link.origin not in self._streams
+        return link.active_ms(self._settled_ms, blocked)
 
     def _blocked(self, link: Link) -> bool:
         if link.stalled:
@@ -229,7 +231,7 @@ class SimJetStream:
                         STREAM_NAME_EXISTS,
                         "stream name already in use with a different configuration",
                     )
-                return existing.info()
+                return self._info(existing)
             for other in self._streams.values():
                 if any(
                     subjects_overlap(a, b) for a in config.subjects for b in other.config.subjects
@@ -243,7 +245,7 @@ class SimJetStream:
             self._leader_since[config.name] = self._settled_ms
             for source in config.sources:
                 self._links.append(Link(config.name, source, open_since_ms=self._settled_ms))
-            return stream.info()
+            return self._info(stream)
 
         return self._call(Op.STREAM_CREATE, config.name, create, cluster=config.placement)
 
@@ -268,7 +270,7 @@ class SimJetStream:
                 if source not in kept:
                     self._links.append(Link(stream.name, source, open_since_ms=self._settled_ms))
             stream.config = config
-            return stream.info()
+            return self._info(stream)
 
         return self._call(Op.STREAM_UPDATE, config.name, update)
 
@@ -300,18 +302,16 @@ class SimJetStream:
         """Its configuration and state, its sources (when it last heard from each) and when
         its leader was elected."""
 
-        def info() -> StreamInfo:
-            stream = self._stream(name)
-            sources = tuple(
-                SourceInfo(link.origin, self._active(link))
-                for link in self._links
-                if link.target == name
-            )
-            return replace(
-                stream.info(), sources=sources, leader_since_ms=self._leader_since.get(name)
-            )
+        return self._call(Op.STREAM_INFO, name, lambda: self._info(self._stream(name)))
 
-        return self._call(Op.STREAM_INFO, name, info)
+    def _info(self, stream: Stream) -> StreamInfo:
+        sources = tuple(
+            SourceInfo(link.origin, self._active(link))
+            for link in self._links
+            if link.target == stream.name
+        )
+        leader_since = self._leader_since.get(stream.name)
+        return replace(stream.info(), sources=sources, leader_since_ms=leader_since)
 
     def stream_purge(self, name: str, keep: int | None = None) -> int:
         """Purge `name` (all of it, or all but its last `keep` messages); how many went."""

@@ -37,9 +37,9 @@ class Link:
     open_since_ms: int = 0
     """When it was last unblocked: nothing arrives over it before."""
     last_arrival_ms: int = 0
-    heard_ms: int | None = 0
+    heard_ms: int | None = None
     """While blocked or not open yet: when the target last heard from the origin (None: not
-    since its servers restarted, `SimJetStream.restart`)."""
+    since the link was made or its servers restarted, `SimJetStream.restart`)."""
     _ahead: StoredMessage | None = None  # the next message, found once
 
     @property
@@ -64,9 +64,11 @@ class Link:
         return None
 
     def active_ms(self, now_ms: int, blocked: bool) -> int | None:
-        """How long ago the target last heard from the origin: while open, at the last
-        arrival or heartbeat (every `HEARTBEAT_MS` from its opening); else as it was left."""
-        if blocked or now_ms < self.open_since_ms:
+        """How long ago the target last heard from the origin: once open, at the last
+        arrival or heartbeat (every `HEARTBEAT_MS` from its opening, the first just after:
+        the server's reply to a stream's creation says -1); else as it was left."""
+        opening = now_ms == self.open_since_ms and self.last_arrival_ms < now_ms
+        if blocked or now_ms < self.open_since_ms or opening:
             return None if self.heard_ms is None else now_ms - self.heard_ms
         beat = self.open_since_ms + (now_ms - self.open_since_ms) // HEARTBEAT_MS * HEARTBEAT_MS
         return now_ms - max(beat, self.last_arrival_ms)

@@ -189,16 +189,15 @@ class Failback:
         world.apps.on_fetched.append(self._delivered)
         world.checks.on_update.append(self._update)
 
+    def checking(self) -> None:
+        """The checks of every interval (the world's, the model settled)."""
+        self._reports()
+        self._holding()
+
     async def run(self) -> None:
-        """The checks every interval; the return at `failback_ms`."""
+        """The return at `failback_ms`."""
         try:
-            if self._p.failback_ms:
-                self._tasks.append(asyncio.get_running_loop().create_task(self._returning()))
-            while True:
-                await asyncio.sleep(self._p.interval_ms / 1000)
-                self._world.js.settle()
-                self._reports()
-                self._holding()
+            await self._returning()
         finally:
             for task in self._tasks:
                 task.cancel()

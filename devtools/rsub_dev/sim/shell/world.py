@@ -289,6 +289,7 @@ class ShellWorld(LoopWorld[ShellParams]):
                 and s.driver.machine is not None
                 and s.port.replica is not None
             )
+            self.failback.checking()
 
     async def _start(self, sidecar: Sidecar) -> None:
         await sidecar.start(self.vs, self.p, self.driver_factory, self.machine_factory, self)
@@ -321,7 +322,8 @@ class ShellWorld(LoopWorld[ShellParams]):
             produce_until = self.p.produce_until_ms
             tasks += [loop.create_task(apps.produce(r, produce_until)) for r in self.vs.regions]
             tasks.append(loop.create_task(self._checking()))
-            tasks.append(loop.create_task(self.failback.run()))
+            if self.p.failback_ms:
+                tasks.append(loop.create_task(self.failback.run()))
             chaos_until = self.p.failover_ms or self.p.run_ms - self.p.calm_ms
             if self.p.outage_ms:
                 chaos_until = OUTAGE_AT_MS
