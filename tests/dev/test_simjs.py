@@ -342,7 +342,7 @@ def test_a_cluster_restarted_elects_new_leaders_and_hears_from_its_sources_late(
 
 
 def test_pauses_are_told_as_they_take_effect() -> None:
-    clock, js = world()
+    _, js = world()
     js.stream_create(StreamConfig("S", ("s.>",)))
     js.consumer_create("S", ConsumerConfig("d"))
     told: list[tuple[str, str, int | None]] = []
