@@ -73,6 +73,9 @@ class Failback:
         self._consumed_by: dict[str, set[DataId]] = defaultdict(set)
         self._fetched: dict[str, list[int]] = defaultdict(list)
         """Per region, when its application was delivered data."""
+        self._first: dict[str, list[int]] = defaultdict(list)
+        """Per region, when its application was delivered data no other region had consumed
+        (no move can have passed it: only consumption there did)."""
         self._decided_ms: int | None = None
         """When the returned region's new leader applied its first positions read."""
         self._hold_asked = False
@@ -195,9 +198,10 @@ class Failback:
         self._holding()
 
     async def run(self) -> None:
-        """The return at `failback_ms`."""
+        """The return at `failback_ms`; the tasks it starts run until the world ends."""
         try:
             await self._returning()
+            await asyncio.Event().wait()
         finally:
             for task in self._tasks:
                 task.cancel()
@@ -235,7 +239,7 @@ class Failback:
         else:
             world._home = a
             self._tasks.append(loop.create_task(apps.consume(a, p.run_ms)))
-        self._tasks.append(loop.create_task(apps.produce(a, p.produce_until_ms)))
+        self._tasks.append(loop.create_task(self._producing(a, max(reconnect.values()))))
         for sidecar in world._sidecars:
             if sidecar.region == a:
                 await world._start(sidecar)
@@ -247,6 +251,14 @@ class Failback:
                 world.note(f"{sidecar.name} restarts")
                 await sidecar.stop()
                 await world._start(sidecar)
+
+    async def _producing(self, region: str, reconnect_ms: int) -> None:
+        """The returned region's producers: at once, or once every source there reconnected
+        (`quiet_return`)."""
+        world, p = self._world, self._p
+        if p.quiet_return and await world.until(self._back_ms + reconnect_ms):
+            return
+        await world.apps.produce(region, p.produce_until_ms)
 
     # ---- failback safety and the holds ----------------------------------------------------
 
@@ -261,7 +273,11 @@ class Failback:
         now = world.now_ms()
         self._fetched[region].append(now)
         entries = [(d.stream_seq, data_entry(vs, d.stream_seq, d.headers)) for d in deliveries]
-        self._consumed_by[region].update((e.origin, e.origin_seq) for _, e in entries)
+        ids = [(e.origin, e.origin_seq) for _, e in entries]
+        others = [self._consumed_by[r] for r in vs.regions if r != region]
+        if any(all(i not in seen for seen in others) for i in ids):
+            self._first[region].append(now)
+        self._consumed_by[region].update(ids)
         if region != self._returned or not self._settled():
             return
         stream = world.js.stream(vs.read_stream(region))
@@ -432,8 +448,8 @@ class Failback:
         self, name: str, region: str, machine: StreamMachine, reported: tuple[str, ...], now: int
     ) -> None:
         """Two regions consuming at once after the return: a leader leading since before
-        reports each region whose application consumed within the window, but the last
-        `consumed_in_bound_ms`."""
+        reports each region whose application consumed data no other region had (no move
+        passed it) within the window, but the last `consumed_in_bound_ms`."""
         world, p = self._world, self._p
         if (
             not p.both_consume
@@ -447,7 +463,7 @@ class Failback:
         start = max(self._caught_up_ms, self._released_ms, since or now) + bound
         window = machine.config.active_window_ms
         for r in (world.vs.regions[0], world.vs.regions[1]):
-            times = self._fetched[r]
+            times = self._first[r]
             k = bisect_right(times, now - bound)
             if not k or times[k - 1] < max(start, now - window):
                 continue

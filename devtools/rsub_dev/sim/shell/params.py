@@ -76,6 +76,10 @@ class ShellParams:
     both_consume: bool = False
     """After the return, the application goes on in the region it failed over to too: two
     regions consume at once (docs/protocol.md §8)."""
+    quiet_return: bool = False
+    """The returned region's producers start again only once every source there reconnected
+    (its application still reconnects at once): no new message of its own lies before the
+    others' backlog, which the guard alone keeps it from consuming again."""
     silent: bool = False
     """With three regions, the third is cut off from the return on: it never answers, the
     hold ends at its deadline (`hold_ms`)."""
@@ -174,6 +178,7 @@ class ShellParams:
             reconnect_ms=reconnect,
             run_ms=back + reconnect + 2_000 + self.failback_window_ms + self.calm_ms,
             both_consume=rng.random() < 0.5,
+            quiet_return=rng.random() < 0.5,
             silent=silent,
             hold_ms=self.silent_hold_ms(reconnect) if silent else 120_000,
             resets=False,
