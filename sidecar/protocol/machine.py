@@ -328,6 +328,11 @@ class StreamMachine:
             return []
         sub.moving = False
         sub.exists = True
+        if self._leader and self._consumed_here(sub, mark_delete):
+            # Read back beyond the move's target over data: its consumers passed it while
+            # the move was under way (taken as is, the next read would not see it).
+            self._consumed(sub, self._region)
+            sub.consumed_unsent = True
         if sub.mark_delete is None or mark_delete > sub.mark_delete:
             sub.mark_delete = mark_delete
         if sub.target is not None and sub.target <= action.ack_floor:

@@ -235,13 +235,13 @@ def test_seed_2_a_region_consuming_elsewhere_does_not_hold_the_returned_one() ->
     assert result.violation is None, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="consumption while a move is in flight is never a sign")
 def test_seed_6_two_regions_consuming_at_once_are_both_reported() -> None:
     """Found by this world (`_both`, seed 6): after the return both regions consume, and
     each region's durable is also moved at every read by the other's progress. A move's
     outcome reports the durable where it was read back, beyond the move's target when the
     application consumed meanwhile, and the machine took that position as its own: the next
     read compared against it, and r1's consumption (continuous from 13.5 s on) was never a
-    sign; r0 stopped reporting r1 consuming."""
+    sign; r0 stopped reporting r1 consuming. A move's outcome read back beyond its target
+    over data is now the region's sign."""
     result = run_shell(6, _both(6))
     assert result.violation is None, result.report()

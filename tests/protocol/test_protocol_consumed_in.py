@@ -98,6 +98,31 @@ def test_a_move_of_the_machines_own_is_not_consumption() -> None:
     assert consumed_in(m) == ("a",)
 
 
+def test_consumption_while_a_move_is_under_way_is_consumption() -> None:
+    """A move's outcome reads the durable back beyond its target when its consumers passed
+    data meanwhile: taken as the machine's own, the next read would not see it (two regions
+    consuming at once, each moved at every read by the other's progress, went unreported:
+    the shell simulation's seed 6 of `_both`, tests/dev/test_shell_failback.py)."""
+    m = machine()
+    m.marker_seen(
+        11,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 5}, 5)),
+    )
+    (move,) = [o for o in read(m, 0, 2_000) if isinstance(o, MoveConsumer)]
+    assert move == MoveConsumer("d", 5) and consumed_in(m) == ()
+    m.action_done(move, 5)  # read back at its target: the move alone
+    assert consumed_in(m) == ()
+    m.marker_seen(
+        12,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 6}, 6)),
+    )
+    (move,) = [o for o in read(m, 5, 3_000) if isinstance(o, MoveConsumer)]
+    m.action_done(move, 8)  # read back two data messages beyond it
+    assert consumed_in(m) == ("a",)
+    (update,) = updates(read(m, 8, 4_000))
+    assert update.consuming
+
+
 def test_another_regions_consuming_update_makes_it_consuming_until_the_window_ends() -> None:
     m = machine()
     body = Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 2}, 2, consuming=True)

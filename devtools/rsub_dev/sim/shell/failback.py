@@ -51,6 +51,7 @@ from sidecar.protocol import (
     PositionsListing,
     StoredMarker,
     StreamMachine,
+    SubscriptionAction,
     SubscriptionInfo,
     Update,
 )
@@ -166,6 +167,12 @@ class Failback:
                 leading, sign = self.is_leader, checks._sign(self)
                 out: list[Output] = super().positions_listed(listing)
                 checks._listed(self, leading, sign, out)
+                return out
+
+            def action_done(self, action: SubscriptionAction, mark_delete: int) -> list[Output]:
+                sign = checks._sign(self)
+                out: list[Output] = super().action_done(action, mark_delete)
+                checks._signed(self, sign)
                 return out
 
             def marker_seen(self, read_seq: int, marker: Marker) -> list[Output]:
@@ -385,12 +392,17 @@ class Failback:
             self._decided_ms = now
             self._hold_asked = any(isinstance(o, HoldConsumer) for o in out)
             world.note(f"{region}'s guard decided: hold={self._hold_asked}")
-        previous = self._listed_ms.get(machine, 0)
+        self._signed(machine, sign)
         self._listed_ms[machine] = now
+
+    def _signed(self, machine: StreamMachine, sign: int | None) -> None:
+        """After an input that may take the sign (`sign`: as it was before): one taken only
+        over consumption there since the machine's previous positions read."""
+        world, region = self._world, machine.config.region
         if self._sign(machine) == sign:
             return
-        since = previous - self._read_slack_ms
-        if not self._consumed_since(region, since):
+        now, previous = world.now_ms(), self._listed_ms.get(machine, 0)
+        if not self._consumed_since(region, previous - self._read_slack_ms):
             raise world.fail(
                 f"consumed in: {region}'s machine took its consumers' sign at {now} ms, none "
                 f"consumed there since its previous read at {previous} ms"
