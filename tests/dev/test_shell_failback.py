@@ -259,7 +259,8 @@ def test_seed_108_the_release_waits_for_the_data_before_the_answers() -> None:
     """Found by `run_shell`'s own draw (seed 108: tails lagging up to 300 ms, a quiet
     return): r0 read r1's catch-up answer at 795 while its data tail had indexed the read
     stream only to 338; `position_for` could cover nothing past 338, no move was asked, the
-    durable was released there and delivered again r1's backlog from 339 on."""
+    durable was released there and delivered again r1's backlog from 339 on (failback
+    safety). Not fixed yet: docs/protocol.md §7, "What it does not cover"."""
     params = run_shell_params(108)
     assert params.failback_ms and params.tail_lag_ms == 300
     _passes(108, params)
