@@ -411,7 +411,8 @@ class Failback:
 
     def _update(self, region: str, update: Update) -> None:
         """An update lands: one saying its writer's consumers passed data, only after they
-        did since its writer's previous update."""
+        did within the window before its writer's previous update (a sign taken after that
+        update may rest on consumption a little before it: a move's outcome read back)."""
         if update.subscription != DURABLE:
             return
         world, now = self._world, self._world.now_ms()
@@ -419,11 +420,11 @@ class Failback:
         self._update_ms[region] = now
         if not update.consuming:
             return
-        since = previous - self._read_slack_ms - self._p.interval_ms
+        since = previous - 10 * self._p.interval_ms - self._read_slack_ms
         if not self._consumed_since(region, since):
             raise world.fail(
                 f"consumed in: {region} sent an update saying it consumed {DURABLE}, none "
-                f"consumed there since its previous update at {previous} ms"
+                f"consumed there within the window before its previous update at {previous} ms"
             )
         world.stats["consuming_updates"] += 1
 
