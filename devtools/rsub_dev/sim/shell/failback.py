@@ -62,6 +62,10 @@ if TYPE_CHECKING:
 
 
 class Failback:
+    """The return (`run`) and the checks of the module's docstring, wired by the world:
+    `observed` wraps its machines, `attach` hooks the model, the applications and the
+    checks, `checking` runs every interval."""
+
     def __init__(self, world: ShellWorld) -> None:
         self._world = world
         p: ShellParams = world.p
