@@ -158,7 +158,8 @@ soak: $(STAMP)
 # The wide sweep `make test` leaves out (docs/simulation.md): the real runtime under
 # simulation over SEEDS seeds of every kind of run its broken variants are caught with.
 sim-variants: $(STAMP)
-	RSUB_SIM_SEEDS=$(or $(SEEDS),40) $(BIN)/pytest -q tests/dev/test_shell_sim.py -k real_runtime
+	RSUB_SIM_SEEDS=$(or $(SEEDS),40) $(BIN)/pytest -q tests/dev/test_shell_sim.py \
+		tests/dev/test_shell_failback.py -k real_runtime
 
 # The randomized fault campaign (docs/reliability.md): SEEDS runs from FIRST_SEED, each with
 # SECONDS of faults on a real three-servers-per-region super-cluster. Make variables, not

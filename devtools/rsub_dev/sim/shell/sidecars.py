@@ -135,7 +135,12 @@ class Sidecar:
         holder = f"{self.name}-{self.starts}"
         handles = _handles(region, self.port, LoopClock(loop).now_ms)
         config = MachineConfig(
-            region, STREAM, vs.regions, interval_ms=p.interval_ms, timeout_ms=p.timeout_ms
+            region,
+            STREAM,
+            vs.regions,
+            interval_ms=p.interval_ms,
+            timeout_ms=p.timeout_ms,
+            hold_ms=p.hold_ms,
         )
         bucket_name = f"rsub-{region}"
         bucket = await self.port.key_value(bucket_name)
