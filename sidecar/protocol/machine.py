@@ -90,6 +90,10 @@ class _Return:
     # region answered called for it: once there, no new move is asked for it before the
     # release (a region still consuming would ask for one at every read).
     needed: dict[str, int] = field(default_factory=dict)
+    # The highest read-stream sequence known to hold data when the last answer counted was
+    # read: the data the answering regions' updates call for lies at or below it, so the
+    # origin index must reach it before the positions it gives are final.
+    data_high: int = 0
 
 
 @dataclass(slots=True)
@@ -645,8 +649,10 @@ class StreamMachine:
     def _on_response(self, responder: str, body: Response, read_seq: int) -> list[Output]:
         held = self._return
         if held is not None and body.id in held.ids and responder in held.waiting:
-            # Every update `responder` wrote before this answer has been read (origin order).
+            # Every update `responder` wrote before this answer has been read (origin order),
+            # and the data before it lies at or below `_data_high` (gaps between markers).
             held.waiting.discard(responder)
+            held.data_high = max(held.data_high, self._data_high)
             if not held.waiting:
                 self._want_read(ReadReason.CATCH_UP)
         attempt = self._pending
@@ -911,6 +917,11 @@ class StreamMachine:
         there, it is asked no further move, and the next read releases it."""
         held = self._return
         if held is None or held.waiting:
+            return []
+        if self._index.indexed_through < held.data_high:
+            # The data tail lags the markers: positions from the index are not final yet
+            # (shell simulation seed 108). Read again once it has caught up.
+            self._want_read(ReadReason.CATCH_UP)
             return []
         done: list[str] = []
         for name in sorted(held.held):

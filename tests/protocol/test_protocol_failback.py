@@ -20,6 +20,8 @@ from sidecar.protocol import (
     PublishReplicated,
     ReadPositions,
     ReadReason,
+    Rejected,
+    RejectReason,
     ReleaseConsumer,
     Request,
     Response,
@@ -87,6 +89,14 @@ def reads(outputs: Sequence[Output]) -> list[ReadReason]:
 
 def published(outputs: Sequence[Output]) -> list[Marker]:
     return [o.marker for o in outputs if isinstance(o, PublishReplicated)]
+
+
+def markers_at(m: StreamMachine, *seqs: int) -> None:
+    """Markers of no consequence at `seqs` of `m`'s read stream (junk, rejected), so that no
+    gap between the data and an answer stands for data the origin index never saw: the guard
+    releases only once the index reached the data before the answers."""
+    for seq in seqs:
+        m.marker_rejected(seq, Rejected(RejectReason.MALFORMED, "junk"))
 
 
 def catch_up_request(outputs: Sequence[Output]) -> Marker:
@@ -160,6 +170,7 @@ def test_the_hold_ends_once_every_region_answered_and_the_move_it_asked_for_is_d
     b.marker_seen(13, request)
     b.interval(1_700, 13)
     (response,) = published(b.read_done(listing(b, 10, {"a": 100})))
+    markers_at(a, 11, 12, 13)
     a.marker_seen(14, update)
     out = a.marker_seen(15, response)
     assert not [o for o in out if isinstance(o, ReleaseConsumer)]
@@ -176,6 +187,41 @@ def test_the_hold_ends_once_every_region_answered_and_the_move_it_asked_for_is_d
     assert a.held == 0
 
 
+def test_the_release_waits_for_the_origin_index_to_reach_the_data_before_the_answers() -> None:
+    """The data tail may lag the marker tail: an answer read at 15 after b's data at 11-13
+    proves b's update was read, not that the index holds those messages, and positions from
+    an index short of them would release the durable before b's backlog (the shell
+    simulation's seed 108, tests/dev/test_shell_failback.py)."""
+    b = machine("b")
+    b.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 14)])
+    (update,) = published(lead(b, 13, {"a": 100}))  # b consumed through its 13th
+    a = machine("a")
+    lead(a, 0, SILENT)
+    request = catch_up_request(a.interval(1_600, 12))
+    b.marker_seen(14, request)
+    b.interval(1_700, 14)
+    (response,) = published(b.read_done(listing(b, 13, {"a": 100})))
+    a.marker_seen(14, update)  # b's data at 11-13 came before: a gap, not yet indexed
+    a.marker_seen(15, response)
+    a.interval(1_800, 15)
+    out = a.read_done(listing(a, 0, {"b": 50}))
+    assert not [o for o in out if isinstance(o, ReleaseConsumer)] and a.held == 1
+    assert MoveConsumer("d", 10) in out  # as far as the index knows
+    a.action_done(MoveConsumer("d", 10), 10)
+    # The read after the move, asked for again since the index is short (either reason).
+    assert reads(a.interval(1_900, 15)) == [ReadReason.CATCH_UP]
+    out = a.read_done(listing(a, 10, {"b": 50}))
+    assert not [o for o in out if isinstance(o, ReleaseConsumer)], "the index is at 10 of 13"
+    a.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 14)])
+    assert reads(a.interval(2_000, 15)) == [ReadReason.CATCH_UP]
+    out = a.read_done(listing(a, 10, {"b": 50}))
+    assert MoveConsumer("d", 13) in out and a.held == 1
+    a.action_done(MoveConsumer("d", 13), 13)
+    a.interval(2_100, 15)
+    out = a.read_done(listing(a, 13, {"b": 50}))
+    assert ReleaseConsumer("d") in out and a.held == 0
+
+
 def test_a_region_still_consuming_does_not_keep_the_hold() -> None:
     """Once every region answered, the durable must reach what the progress then calls for,
     not what later updates call for: b consuming on (an application left running there)
@@ -189,6 +235,7 @@ def test_a_region_still_consuming_does_not_keep_the_hold() -> None:
     b.marker_seen(13, request)
     b.interval(1_700, 13)
     (response,) = published(b.read_done(listing(b, 10, {"a": 100})))
+    markers_at(a, 11, 12, 13)
     a.marker_seen(14, update)
     a.marker_seen(15, response)
     a.interval(1_800, 15)
@@ -219,14 +266,16 @@ def test_with_three_regions_every_other_region_must_answer() -> None:
         other.marker_seen(13, request)
         other.interval(1_200, 13)
         answers[name] = published(other.read_done(listing(other, 10, {"a": 100})))
+    markers_at(a, 11, 12, 13)
     for seq, marker in enumerate(answers["b"], start=14):
         a.marker_seen(seq, marker)
     a.interval(1_300, 16)
     out = a.read_done(listing(a, 10, {"b": 50}))
     assert not [o for o in out if isinstance(o, ReleaseConsumer)], "c has not answered"
-    for seq, marker in enumerate(answers["c"], start=16):
+    for seq, marker in enumerate(answers["c"], start=14 + len(answers["b"])):
         a.marker_seen(seq, marker)
-    assert reads(a.interval(1_400, 18)) == [ReadReason.CATCH_UP]
+    last = 13 + len(answers["b"]) + len(answers["c"])
+    assert reads(a.interval(1_400, last)) == [ReadReason.CATCH_UP]
     assert ReleaseConsumer("d") in a.read_done(listing(a, 10, {"b": 50, "c": 50}))
 
 
@@ -241,6 +290,7 @@ def test_a_late_answer_to_a_timed_out_catch_up_request_still_counts() -> None:
     assert catch_up_request(again).body != first.body
     b.marker_seen(13, first)
     b.interval(6_300, 13)
+    markers_at(a, 11, 12, 13)
     for seq, marker in enumerate(published(b.read_done(listing(b, 10, {"a": 100}))), start=14):
         a.marker_seen(seq, marker)
     a.interval(6_400, 16)
