@@ -25,6 +25,14 @@ _READERS = 16
 _PHASES = 10
 
 
+def cadence(interval_ms: int, sweep_intervals: int, tick_ms: int | None) -> tuple[float, int]:
+    """The loop's tick in seconds, the shorter of the snapshot interval and `tick_ms` (the
+    progress interval), and the sweep's period in ticks: it stays `sweep_intervals` snapshot
+    intervals whatever the tick."""
+    tick = min(interval_ms, tick_ms or interval_ms)
+    return tick / 1000, max(1, round(sweep_intervals * interval_ms / tick))
+
+
 class IntervalLoop:
     """Every `tick_ms` (by default `interval_ms`, the snapshot interval; the progress
     interval when shorter), in `_PHASES` groups spread over it, each driver's `interval`
@@ -50,10 +58,7 @@ class IntervalLoop:
         self._by_name: dict[str, StreamDriver] = {}
         self._signals: dict[str, list[Listener]] = {}
         self._handles = handles
-        tick = min(interval_ms, tick_ms or interval_ms)
-        self._interval_s = tick / 1000
-        # The sweep's period stays in snapshot intervals whatever the tick.
-        self._sweep = max(1, round(sweep_intervals * interval_ms / tick))
+        self._interval_s, self._sweep = cadence(interval_ms, sweep_intervals, tick_ms)
         self._queue: asyncio.Queue[StreamDriver] = asyncio.Queue()
 
     async def add(self, driver: StreamDriver) -> None:

@@ -58,7 +58,7 @@ class SubscriptionView:
     receives_markers: bool
     """A replicated durable whose filter lets the stream's markers through (its client
     receives them; docs/topology.md): as of the last positions read. False for a cursor."""
-    consumed_in: tuple[str, ...] = ()
+    consumed_in: tuple[str, ...]
     """The regions consuming it now (docs/protocol.md §8): two or more is one too many."""
 
 

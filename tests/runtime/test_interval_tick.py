@@ -5,16 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config.nats import NatsConfig
-from sidecar.nats.connection import NatsConnection
-from sidecar.runtime.handles import RegionHandles
-from sidecar.runtime.intervals import IntervalLoop
-
-
-def loop(interval_ms: int, sweep: int, tick_ms: int | None) -> IntervalLoop:
-    connection = NatsConnection(NatsConfig(servers=("nats://127.0.0.1:4222",)), name="west")
-    handles = RegionHandles("west", connection, port=None, clock=lambda: 0)  # type: ignore[arg-type]
-    return IntervalLoop(handles, interval_ms, sweep, tick_ms=tick_ms)
+from sidecar.runtime.intervals import cadence
 
 
 @pytest.mark.parametrize(
@@ -30,6 +21,6 @@ def loop(interval_ms: int, sweep: int, tick_ms: int | None) -> IntervalLoop:
 def test_the_tick_and_the_sweep(
     interval_ms: int, sweep: int, tick_ms: int | None, tick_s: float, sweep_ticks: int
 ) -> None:
-    intervals = loop(interval_ms, sweep, tick_ms)
-    assert intervals._interval_s == pytest.approx(tick_s)
-    assert intervals._sweep == sweep_ticks
+    tick, ticks = cadence(interval_ms, sweep, tick_ms)
+    assert tick == pytest.approx(tick_s)
+    assert ticks == sweep_ticks

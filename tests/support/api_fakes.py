@@ -65,6 +65,7 @@ def subscription_view(
         progress_sent={},
         progress_sent_position=0,
         receives_markers=receives_markers,
+        consumed_in=(),
     )
 
 

@@ -244,6 +244,7 @@ class CursorBackend:
             progress_sent={},
             progress_sent_position=0,
             receives_markers=False,
+            consumed_in=(),
         )
 
     async def status(self) -> StatusView:
