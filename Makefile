@@ -14,13 +14,17 @@ PROMETHEUS_DEB := 2.42.0+ds-5+deb12u1
 PROMTOOL := $(TOOLS)/prometheus/promtool
 PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test` (tests/conftest.py: one work unit per test file, the
+# Spark session's files together, longest first). PYTEST_ARGS=-n0 runs it in one process.
+WORKERS ?= 4
 
-.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak sim-variants chaos fuzz bench clean
+.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test check lint lint-python proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak sim-variants chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
 	@echo "make demo-spark - the example Spark pipeline through a regional failover"
-	@echo "make test   - set up, lint and run the whole test suite"
+	@echo "make test   - set up, lint and run the whole test suite (WORKERS=4 in parallel)"
+	@echo "make check  - the quick tier: lint the Python, the pure tests, a short simulation"
 	@echo "make proto  - regenerate Python code from protos/"
 	@echo "make proto-format - format protos/ with buf"
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
@@ -129,16 +133,18 @@ chart-check: $(STAMP)
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
 
-lint: $(STAMP) proto-check proto-lint chart-check alerts-check
+lint-python: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy --strict tests bench scripts protos
 
+lint: $(STAMP) proto-check proto-lint chart-check alerts-check lint-python
+
 # The image's tests (make image-test) are not part of it: CI's budget for the suite is
 # 30 minutes and the suite takes about 25 there; they add 2 minutes on a fresh machine.
 test: $(STAMP) java lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
