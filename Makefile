@@ -14,8 +14,8 @@ PROMETHEUS_DEB := 2.42.0+ds-5+deb12u1
 PROMTOOL := $(TOOLS)/prometheus/promtool
 PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
-# pytest-xdist workers of `make test` (tests/conftest.py: one work unit per test file, the
-# Spark session's files together, longest first). PYTEST_ARGS=-n0 runs it in one process.
+# pytest-xdist workers of `make test` (tests/support/work_units.py: one work unit per test file,
+# the Spark session's files together, longest first). PYTEST_ARGS=-n0 runs it in one process.
 WORKERS ?= 4
 
 .PHONY: help venv lock java image-tools image image-test floors demo demo-spark test check lint lint-python proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak sim-variants chaos fuzz bench clean
@@ -144,7 +144,7 @@ lint: $(STAMP) proto-check proto-lint chart-check alerts-check lint-python
 # The image's tests (make image-test) are not part of it: CI's budget for the suite is
 # 30 minutes and the suite takes about 25 there; they add 2 minutes on a fresh machine.
 test: $(STAMP) java lint
-	$(BIN)/pytest -n $(WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
