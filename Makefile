@@ -146,6 +146,17 @@ lint: $(STAMP) proto-check proto-lint chart-check alerts-check lint-python
 test: $(STAMP) java lint
 	$(BIN)/pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
 
+# The quick tier for the inner loop, within 2 minutes: the Python lint, the pure tests (no
+# server, no Spark: neither `integration` nor `spark`) less the long campaigns `make test`
+# runs (CHECK_LEAVES_OUT: the simulations' seeded sweeps, the fuzzing budget, the wheel
+# builds), and 10 s of the simulations from a fresh seed instead (`make soak`).
+CHECK_LEAVES_OUT := tests/dev/test_shell_sim.py tests/dev/test_lease_sim.py \
+	tests/protocol/test_protocol_sim.py tests/fuzz/test_fuzz.py tests/deploy/test_image_wheels.py
+check: lint-python
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not integration and not spark" \
+		$(addprefix --ignore=,$(CHECK_LEAVES_OUT)) $(PYTEST_ARGS)
+	$(BIN)/python -m rsub_dev.sim.soak --seconds 10
+
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
 

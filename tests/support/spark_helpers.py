@@ -1,7 +1,7 @@
 """Helpers of the Spark plugin tests: a real nats-server, stream layouts, a sidecar double.
 
-`orders_layout` (session-scoped) starts one JetStream nats-server holding the streams of the
-virtual stream `orders` for regions `west` and `east`, created by `apply_topology`, so the
+`orders_layout` (session-scoped) starts a JetStream nats-server of its own holding the streams
+of the virtual stream `orders` for regions `west` and `east`, created by `apply_topology`, so the
 read stream `orders-read-west` sources both write streams for real (real
 `Nats-Stream-Source` headers, markers and snapshot markers interleaved with data).
 
