@@ -152,7 +152,7 @@ test: $(STAMP) java lint
 # builds), and 10 s of the simulations from a fresh seed instead (`make soak`).
 CHECK_LEAVES_OUT := tests/dev/test_shell_sim.py tests/dev/test_lease_sim.py \
 	tests/protocol/test_protocol_sim.py tests/fuzz/test_fuzz.py tests/deploy/test_image_wheels.py
-check: lint-python
+check: lint-python $(TOOLS_STAMP) $(PROMTOOL_STAMP)
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not integration and not spark" \
 		$(addprefix --ignore=,$(CHECK_LEAVES_OUT)) $(PYTEST_ARGS)
 	$(BIN)/python -m rsub_dev.sim.soak --seconds 10
