@@ -16,14 +16,14 @@ PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
 # pytest-xdist workers of `make test` (tests/support/work_units.py: one work unit per test file,
 # the Spark session's files together, longest first). PYTEST_ARGS=-n0 runs it in one process.
-WORKERS ?= 4
+WORKERS ?= 3
 
 .PHONY: help venv lock java image-tools image image-test floors demo demo-spark test check lint lint-python proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak sim-variants chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
 	@echo "make demo-spark - the example Spark pipeline through a regional failover"
-	@echo "make test   - set up, lint and run the whole test suite (WORKERS=4 in parallel)"
+	@echo "make test   - set up, lint and run the whole test suite (WORKERS=3 in parallel)"
 	@echo "make check  - the quick tier: lint the Python, the pure tests, a short simulation"
 	@echo "make proto  - regenerate Python code from protos/"
 	@echo "make proto-format - format protos/ with buf"
@@ -141,8 +141,8 @@ lint-python: $(STAMP)
 
 lint: $(STAMP) proto-check proto-lint chart-check alerts-check lint-python
 
-# The image's tests (make image-test) are not part of it: CI's budget for the suite is
-# 30 minutes and the suite takes about 25 there; they add 2 minutes on a fresh machine.
+# The image's tests (make image-test) are not part of it (they add 2 minutes on a fresh
+# machine); CI's budget for the suite is 30 minutes, its time: docs/benchmarks.md.
 test: $(STAMP) java lint
 	$(BIN)/pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
 
