@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 # the Spark session's files together, longest first). PYTEST_ARGS=-n0 runs it in one process.
 WORKERS ?= 3
 
-.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test check lint lint-python proto proto-check proto-lint proto-format proto-release chart-check chart-readme promtool alerts-check unit soak sim-variants chaos fuzz bench clean
+.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test check lint lint-python proto proto-check proto-lint proto-format proto-release chart-check chart-readme config-schema promtool alerts-check unit soak sim-variants chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
@@ -29,6 +29,7 @@ help:
 	@echo "make proto-format - format protos/ with buf"
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
+	@echo "make config-schema - regenerate the chart's config schema from sidecar/config"
 	@echo "make soak SECONDS=600 - run the simulations (protocol, leases, the real runtime) for as long as asked"
 	@echo "make sim-variants SEEDS=40 - the real runtime's simulation over SEEDS seeds of every kind of run"
 	@echo "make chaos SEEDS=10 SECONDS=60 [FIRST_SEED=1] - randomized fault campaign, a run per seed"
@@ -124,14 +125,19 @@ alerts-check: $(STAMP) $(PROMTOOL_STAMP)
 proto-release: $(STAMP)
 	$(BIN)/python protos/breaking.py --release
 
-# The Helm chart as chart-testing lints it (each ci/*-values.yaml: lint, render, validate)
-# and its README generated from the values' comments.
+# The Helm chart as chart-testing lints it (each ci/*-values.yaml: lint, render, validate),
+# its README generated from the values' comments and its `config` schema from the sidecar's
+# settings model.
 chart-check: $(STAMP)
 	$(BIN)/python scripts/helm_tool.py ci helm/rsub-sidecar
 	$(BIN)/python scripts/chart_readme.py --check
+	$(BIN)/python scripts/config_schema.py --check
 
 chart-readme: $(STAMP)
 	$(BIN)/python scripts/chart_readme.py
+
+config-schema: $(STAMP)
+	$(BIN)/python scripts/config_schema.py
 
 lint-python: $(STAMP)
 	$(BIN)/ruff check .
@@ -169,7 +175,8 @@ soak: $(STAMP)
 # The wide sweep `make test` leaves out (docs/simulation.md): the real runtime under
 # simulation over SEEDS seeds of every kind of run its broken variants are caught with.
 sim-variants: $(STAMP)
-	RSUB_SIM_SEEDS=$(or $(SEEDS),40) $(BIN)/pytest -q tests/dev/test_shell_sim.py -k real_runtime
+	RSUB_SIM_SEEDS=$(or $(SEEDS),40) $(BIN)/pytest -q tests/dev/test_shell_sim.py \
+		tests/dev/test_shell_failback.py -k real_runtime
 
 # The randomized fault campaign (docs/reliability.md): SEEDS runs from FIRST_SEED, each with
 # SECONDS of faults on a real three-servers-per-region super-cluster. Make variables, not

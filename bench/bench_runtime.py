@@ -23,7 +23,7 @@ import structlog
 from nats.js import JetStreamContext, api
 
 from rsub_dev.cluster import LocalSuperCluster
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
 from sidecar.logs import configure_logging
 from sidecar.runtime import Runtime
 
@@ -53,7 +53,7 @@ async def run(interval_ms: int, seconds: float, directory: Path) -> None:
     async with LocalSuperCluster(["west", "east"], directory) as cluster:
         runtimes = {
             r: Runtime(
-                Config.from_mapping(
+                config_from_mapping(
                     {
                         "region": r,
                         "regions": ["west", "east"],

@@ -343,7 +343,8 @@ class Demo:
     async def mark_delete(self, region: str) -> int:
         client = rsub_spark.SidecarClient(self.options(region)["sidecar"])
         try:
-            mark_delete, _ = await asyncio.to_thread(client.subscription, STREAM, SUBSCRIPTION)
+            view = await asyncio.to_thread(client.subscription, STREAM, SUBSCRIPTION)
+            mark_delete = view.mark_delete
             return mark_delete
         finally:
             client.close()

@@ -28,13 +28,11 @@ import asyncio
 import time
 from collections.abc import Mapping
 
-import grpc
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
-from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.api.client import TlsOptionNames, call_metadata, open_channel
+from sidecar.api.client import SidecarClient
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 
 # nats-py rejects fetches shorter than about this (its server-side expiry would go negative).
@@ -50,7 +48,7 @@ def covered(origin: tuple[str, int] | None, progress: Mapping[str, int]) -> bool
 
 
 async def progress_of(
-    sidecar: str | grpc.Channel,
+    sidecar: str | SidecarClient,
     stream: str,
     subscription: str,
     *,
@@ -59,25 +57,16 @@ async def progress_of(
 ) -> dict[str, int]:
     """The progress vector of `subscription` on virtual stream `stream`, from a sidecar.
 
-    `sidecar` is an address (`host:port`, plain gRPC) or a channel made with
-    `sidecar.api.client.open_channel` (for TLS). Errors are the call's `grpc.RpcError`
-    (NOT_FOUND for an unknown subscription).
+    `sidecar` is an address (`host:port`, plain gRPC; `token` and `timeout_s` apply) or a
+    `sidecar.api.client.SidecarClient` (for TLS). Errors are `SidecarError`s, with the call's
+    status as `code` (NOT_FOUND for an unknown subscription).
     """
-    channel = (
-        open_channel(sidecar, TlsOptionNames("ca", "cert", "key"))
-        if isinstance(sidecar, str)
-        else sidecar
-    )
-    request = api_pb2.GetSubscriptionRequest(stream=stream, subscription=subscription)
-    try:
-        stub = api_pb2_grpc.CursorServiceStub(channel)
-        state = await asyncio.to_thread(
-            stub.GetSubscription, request, timeout=timeout_s, metadata=call_metadata(token)
-        )
-    finally:
-        if isinstance(sidecar, str):
-            channel.close()
-    return dict(state.progress)
+    if isinstance(sidecar, SidecarClient):
+        view = await asyncio.to_thread(sidecar.subscription, stream, subscription)
+        return dict(view.progress)
+    with SidecarClient(sidecar, token=token, timeout_s=timeout_s) as client:
+        view = await asyncio.to_thread(client.subscription, stream, subscription)
+    return dict(view.progress)
 
 
 class ExactConsumer:

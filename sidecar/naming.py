@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 # A stream or region name: one NATS subject token that is also a valid stream name.
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+TOKEN_PATTERN = f"^{_TOKEN.pattern}$"
+"""A name (a region, a virtual stream, a subscription) as a JSON Schema pattern."""
 MARKER_PREFIX = "_rsub"
 SOURCE_HEADER = "Nats-Stream-Source"
 # Default stream-name patterns over {name} and {region}: the sidecar config, the topology CLI

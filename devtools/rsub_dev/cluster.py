@@ -34,7 +34,7 @@ from nats.aio.client import Client as NATS
 
 from rsub_dev.ports import HOST, free_ports, refusing_socket
 from rsub_dev.proxy import LinkProxy
-from sidecar.config import NatsConfig
+from sidecar.config.nats import NatsConfig
 from sidecar.nats.connection import connect_options
 
 log = structlog.get_logger(__name__)

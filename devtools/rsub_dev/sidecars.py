@@ -50,7 +50,8 @@ from rsub_dev.cluster import (
 )
 from rsub_dev.ports import HOST, free_ports
 from sidecar.api.service import Service
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import Config
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.consumers import REPLICATE_KEY
 from sidecar.protocol import Marker, Rejected, Request, Snapshot, decode
@@ -309,7 +310,7 @@ class RegionSidecars:
         self.runtimes: dict[str, Service] = {}
 
     def config(self, region: str) -> Config:
-        return Config.from_mapping(
+        return config_from_mapping(
             sidecar_settings(
                 self.cluster,
                 region,
@@ -404,7 +405,7 @@ class SidecarProcess:
     ) -> None:
         self.region = str(settings["region"])
         self.settings = {**settings, "log": {**settings.get("log", {}), "format": "json"}}
-        Config.from_mapping(self.settings)  # refuse a bad configuration here, not in the child
+        config_from_mapping(self.settings)  # refuse a bad configuration here, not in the child
         self.detached = detached
         self.grpc_port = self.http_port = 0
         self.workdir = Path(workdir)

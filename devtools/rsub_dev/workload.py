@@ -31,7 +31,7 @@ from nats.js.client import JetStreamContext
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
-from sidecar.config import NatsConfig
+from sidecar.config.nats import NatsConfig
 from sidecar.exact import ExactConsumer, covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.connection import connect_options

@@ -26,7 +26,7 @@ from sidecar.api import convert
 from sidecar.api.backend import SidecarBackend
 from sidecar.api.errors import ListenError
 from sidecar.api.validation import require_name
-from sidecar.config import GrpcTlsConfig
+from sidecar.config.schema import GrpcTlsConfig
 from sidecar.metrics import SidecarMetrics
 from sidecar.runtime.errors import (
     ApiError,

@@ -22,7 +22,7 @@ from prometheus_client.exposition import choose_encoder
 
 from sidecar.api.backend import SidecarBackend
 from sidecar.api.errors import ListenError
-from sidecar.config import split_host_port
+from sidecar.config.schema import split_host_port
 from sidecar.metrics import SidecarMetrics
 
 log = structlog.get_logger(__name__)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.api.http_server import HttpServerHandle, start_http_server
-from sidecar.config import Config
+from sidecar.config.schema import Config
 from sidecar.metrics import SidecarMetrics
 from sidecar.runtime import Runtime
 

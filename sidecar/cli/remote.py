@@ -17,19 +17,13 @@ import argparse
 import dataclasses
 import json
 import os
-import queue
 import sys
-import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import grpc
-
-from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.api import convert
-from sidecar.api.client import TlsOptionNames, call_metadata, open_channel
+from sidecar.api.client import SidecarClient, SidecarError, TlsOptionNames
 from sidecar.naming import data_filter_of
 from sidecar.runtime.views import CursorResetView, SnapshotView, StatusView, SubscriptionView
 
@@ -38,8 +32,7 @@ EXIT_OK, EXIT_ERROR, EXIT_UNREACHABLE = 0, 1, 2
 _TLS_OPTIONS = TlsOptionNames("--tls-ca", "--tls-cert", "--tls-key")
 
 
-class _Unreachable(Exception):
-    pass
+_Reply = TypeVar("_Reply")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -129,89 +122,66 @@ def _sequence(text: str) -> int:
 # --- commands -----------------------------------------------------------------------------
 
 
-def _admin(channel: grpc.Channel) -> Any:
-    return api_pb2_grpc.AdminServiceStub(channel)
-
-
-def _cursor(channel: grpc.Channel) -> Any:
-    return api_pb2_grpc.CursorServiceStub(channel)
-
-
 def _status(args: argparse.Namespace) -> int:
-    def render(reply: Any) -> str:
-        view = convert.status_from_proto(reply)
+    def render(view: StatusView) -> str:
         return _json(dataclasses.asdict(view)) if args.json else _status_text(view)
 
-    return _call(args, lambda ch: _admin(ch).Status, api_pb2.StatusRequest(), render)
+    return _call(args, lambda client: client.status(), render)
 
 
 def _subscriptions(args: argparse.Namespace) -> int:
-    def render(reply: Any) -> str:
-        views = [convert.subscription_from_proto(s) for s in reply.subscriptions]
+    def render(views: list[SubscriptionView]) -> str:
         if args.json:
             subs = [dataclasses.asdict(v) for v in views]
             return _json({"stream": args.stream, "subscriptions": subs})
         return _subscriptions_text(args.stream, views)
 
-    request = api_pb2.ListSubscriptionsRequest(stream=args.stream)
-    return _call(args, lambda ch: _cursor(ch).ListSubscriptions, request, render)
+    return _call(args, lambda client: client.subscriptions(args.stream), render)
 
 
 def _snapshots(args: argparse.Namespace) -> int:
-    def render(reply: Any) -> str:
-        views = [convert.snapshot_from_proto(s) for s in reply.snapshots]
+    def render(views: list[SnapshotView]) -> str:
         if args.json:
             snaps = [dataclasses.asdict(v) for v in views]
             return _json({"stream": args.stream, "snapshots": snaps})
         return _snapshots_text(args.stream, views)
 
-    request = api_pb2.ListSnapshotsRequest(stream=args.stream)
-    return _call(args, lambda ch: _cursor(ch).ListSnapshots, request, render)
+    return _call(args, lambda client: client.snapshots(args.stream), render)
 
 
 def _trigger_snapshot(args: argparse.Namespace) -> int:
-    def render(reply: Any) -> str:
+    def render(snapshot_id: str) -> str:
         if args.json:
-            return _json({"stream": args.stream, "snapshot_id": reply.snapshot_id})
-        return str(reply.snapshot_id)
+            return _json({"stream": args.stream, "snapshot_id": snapshot_id})
+        return snapshot_id
 
-    request = api_pb2.TriggerSnapshotRequest(stream=args.stream)
-    return _call(args, lambda ch: _admin(ch).TriggerSnapshot, request, render)
+    return _call(args, lambda client: client.trigger_snapshot(args.stream), render)
 
 
 def _set_replicated(args: argparse.Namespace) -> int:
-    def render(reply: Any) -> str:
-        view = convert.subscription_from_proto(reply.subscription)
+    def render(view: SubscriptionView) -> str:
         return _json(dataclasses.asdict(view)) if args.json else _subscriptions_table([view])
 
-    request = api_pb2.SetReplicatedRequest(
-        stream=args.stream, subscription=args.subscription, replicated=args.replicated
+    return _call(
+        args,
+        lambda client: client.set_replicated(args.stream, args.subscription, args.replicated),
+        render,
     )
-    return _call(args, lambda ch: _admin(ch).SetReplicated, request, render)
 
 
 def _create_cursor(args: argparse.Namespace) -> int:
-    def render(reply: Any) -> str:
+    def render(mark_delete: int) -> str:
         where = {"stream": args.stream, "subscription": args.subscription}
         if args.json:
-            return _json({**where, "mark_delete": reply.mark_delete})
-        return (
-            f"external cursor {args.subscription!r} of stream {args.stream!r} at "
-            f"{reply.mark_delete}"
-        )
+            return _json({**where, "mark_delete": mark_delete})
+        return f"external cursor {args.subscription!r} of stream {args.stream!r} at {mark_delete}"
 
     # Sequence 0 claims nothing consumed: it creates the cursor, or leaves one as it stands.
-    request = api_pb2.CommitCursorRequest(
-        stream=args.stream, subscription=args.subscription, sequence=0
-    )
-    return _call(args, lambda ch: _cursor(ch).CommitCursor, request, render)
+    return _call(args, lambda client: client.commit(args.stream, args.subscription, 0), render)
 
 
 def _reset_cursor(args: argparse.Namespace) -> int:
-    def render(reply: Any) -> str:
-        view = CursorResetView(
-            args.stream, args.subscription, reply.previous_sequence, reply.sequence
-        )
+    def render(view: CursorResetView) -> str:
         if args.json:
             return _json(dataclasses.asdict(view))
         return (
@@ -219,10 +189,11 @@ def _reset_cursor(args: argparse.Namespace) -> int:
             f"{view.previous_sequence} to {view.sequence}"
         )
 
-    request = api_pb2.ResetCursorRequest(
-        stream=args.stream, subscription=args.subscription, sequence=args.sequence
+    return _call(
+        args,
+        lambda client: client.reset_cursor(args.stream, args.subscription, args.sequence),
+        render,
     )
-    return _call(args, lambda ch: _admin(ch).ResetCursor, request, render)
 
 
 # --- connection and errors ----------------------------------------------------------------
@@ -230,57 +201,29 @@ def _reset_cursor(args: argparse.Namespace) -> int:
 
 def _call(
     args: argparse.Namespace,
-    method: Callable[[grpc.Channel], Callable[..., Any]],
-    request: Any,
-    render: Callable[[Any], str],
+    call: Callable[[SidecarClient], _Reply],
+    render: Callable[[_Reply], str],
 ) -> int:
-    """Send `request` to the unary `method` picked on the channel; print `render(reply)`."""
+    """Make one `call` on the sidecar of `args` and print `render(reply)`."""
     try:
-        channel = open_channel(
-            args.sidecar, _TLS_OPTIONS, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key
-        )
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    metadata = call_metadata(args.token)
-    with channel:
-        try:
-            _wait_connected(channel, args.timeout)
-            reply = method(channel)(request, metadata=metadata, timeout=args.timeout)
-            print(render(reply))
-        except _Unreachable as error:
-            print(f"error: cannot reach the sidecar at {args.sidecar}: {error}", file=sys.stderr)
+        with SidecarClient(
+            args.sidecar,
+            names=_TLS_OPTIONS,
+            token=args.token,
+            timeout_s=args.timeout,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+        ) as client:
+            client.wait_connected(args.timeout)
+            print(render(call(client)))
+    except SidecarError as error:
+        if error.code is None:  # no call made: unusable options, or no connection
+            print(f"error: {error}", file=sys.stderr)
             return EXIT_UNREACHABLE
-        except grpc.RpcError as error:
-            print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
-            return EXIT_ERROR
+        print(f"error: {error.code.name}: {error.details}", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
-
-
-def _wait_connected(channel: grpc.Channel, timeout_s: float) -> None:
-    """Return once connected; raise `_Unreachable` at the first failure or at the timeout.
-
-    (A plain RPC would report UNAVAILABLE both for "nothing listens" and for a sidecar that
-    answers UNAVAILABLE itself; the two deserve different exit codes.)
-    """
-    states: queue.Queue[grpc.ChannelConnectivity] = queue.Queue()
-    channel.subscribe(states.put, try_to_connect=True)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                state = states.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise _Unreachable(f"no connection within {timeout_s:g}s") from None
-            if state is grpc.ChannelConnectivity.READY:
-                return
-            if state in (
-                grpc.ChannelConnectivity.TRANSIENT_FAILURE,
-                grpc.ChannelConnectivity.SHUTDOWN,
-            ):
-                raise _Unreachable("connection failed (nothing listening, or TLS refused)")
-    finally:
-        channel.unsubscribe(states.put)
 
 
 # --- rendering ----------------------------------------------------------------------------

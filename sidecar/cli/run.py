@@ -21,7 +21,10 @@ import uvloop
 
 from sidecar.api.errors import ListenError
 from sidecar.api.service import Service
-from sidecar.config import Config, ConfigError, load_config, unrelated_env
+from sidecar.config.checks import ConfigError
+from sidecar.config.environment import unrelated_env
+from sidecar.config.loading import load_config
+from sidecar.config.schema import Config
 from sidecar.logs import configure_logging
 from sidecar.nats.connection import NatsRefused
 
@@ -92,11 +95,11 @@ def run_sidecar(args: argparse.Namespace) -> int:
         # Names only: a value may be a secret. Typos of settings were refused by load_config.
         log.warning("env_ignored", variables=unrelated, reason="RSUB_ variables naming no setting")
     # The sidecar holds millions of long-lived objects and allocates steadily under load: at
-    # CPython's default thresholds (700, 10, 10) the cyclic GC took 18 % of a core at 1,000
-    # loaded streams (6.3 s of a 35 s window, timed with gc.callbacks; docs/benchmarks.md).
+    # CPython's default thresholds the cyclic GC takes a good part of a core at a thousand
+    # loaded streams (docs/benchmarks.md, "Many streams", "How it got there").
     gc.set_threshold(*_GC_THRESHOLDS)
     # uvloop: the sidecar's work is many small messages and wake-ups, which its event loop
-    # carries for less CPU than asyncio's (bench/bench_publish.py: 5-15 % less a publish).
+    # carries for less CPU than asyncio's (bench/bench_publish.py; docs/benchmarks.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         failure = runner.run(serve(config))
     if failure is not None:

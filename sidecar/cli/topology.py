@@ -17,26 +17,30 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import nats
-from nats.aio.client import Client
 
-from sidecar.config import NatsConfig, NatsTlsConfig, Secret
+from sidecar.config.checks import ConfigError
+from sidecar.config.nats import NatsConfig, nats_settings, renamed
+from sidecar.config.secrets import Secret
 from sidecar.logs import configure_logging
 from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM, VirtualStream
-from sidecar.nats.connection import (
-    NatsRefused,
-    connect_options,
-    refusal,
-    refused,
-    shown_servers,
-)
+from sidecar.nats.connection import NatsRefused, NatsUnreachable, connect_once, shown_servers
 from sidecar.nats.topology import TopologyError, TopologyReport, apply_topology
 
 PASSWORD_ENV = "NATS_PASSWORD"
 TOKEN_ENV = "NATS_TOKEN"
 
-
-class NatsUnreachable(ConnectionError):
-    """No server answered (as opposed to NatsRefused: one answered and refused us)."""
+# The flag that sets each key of the NATS settings (`NatsConfig`), for its problems.
+NATS_FLAGS = {
+    "servers": "--servers",
+    "user": "--user",
+    "password": f"--password (or ${PASSWORD_ENV})",
+    "token": "--token",
+    "creds_file": "--creds",
+    "tls.ca_file": "--tls-ca",
+    "tls.cert_file": "--tls-cert",
+    "tls.key_file": "--tls-key",
+    "tls": "--tls-ca/--tls-cert/--tls-key",
+}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,18 +82,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--password", help=f"password of --user (default: ${PASSWORD_ENV}, preferred)"
     )
     auth.add_argument("--token", help=f"NATS token (default: ${TOKEN_ENV}, preferred)")
-    auth.add_argument("--creds", type=_existing_file, help="credentials file (JWT + nkey)")
-    auth.add_argument("--tls-ca", type=_existing_file, help="CA file that signed the servers")
-    auth.add_argument("--tls-cert", type=_existing_file, help="client certificate (mutual TLS)")
-    auth.add_argument("--tls-key", type=_existing_file, help="key of --tls-cert")
+    auth.add_argument("--creds", type=Path, help="credentials file (JWT + nkey)")
+    auth.add_argument("--tls-ca", type=Path, help="CA file that signed the servers")
+    auth.add_argument("--tls-cert", type=Path, help="client certificate (mutual TLS)")
+    auth.add_argument("--tls-key", type=Path, help="key of --tls-cert")
     apply.set_defaults(handler=run_apply)
-
-
-def _existing_file(value: str) -> Path:
-    path = Path(value)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"no such file: {value}")
-    return path
 
 
 def _split(value: str) -> list[str]:
@@ -101,50 +98,19 @@ def nats_config(args: argparse.Namespace, env: Mapping[str, str]) -> NatsConfig:
     password = args.password or (env.get(PASSWORD_ENV) if args.user else None)
     # The token variable only applies when no other method was chosen on the command line.
     token = args.token or (None if args.user or args.creds else env.get(TOKEN_ENV))
-    if args.password and not args.user:
-        raise ValueError("--password needs --user")
-    if args.user and not password:
-        raise ValueError(f"--user needs --password or ${PASSWORD_ENV}")
-    methods = [
-        m
-        for m, used in (("--user", args.user), ("--token", token), ("--creds", args.creds))
-        if used
-    ]
-    if len(methods) > 1:
-        raise ValueError(f"choose one authentication method, got {' and '.join(methods)}")
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise ValueError("--tls-cert and --tls-key go together")
-    return NatsConfig(
-        servers=tuple(_split(args.servers)),
-        user=args.user,
-        password=Secret(password) if password else None,
-        token=Secret(token) if token else None,
-        creds_file=args.creds,
-        tls=NatsTlsConfig(ca_file=args.tls_ca, cert_file=args.tls_cert, key_file=args.tls_key),
-    )
-
-
-async def _connect(config: NatsConfig) -> Client:
-    """Connects, or raises NatsRefused or NatsUnreachable naming the cause (never a secret)."""
-    errors: list[Exception] = []
-
-    async def remember(error: Exception) -> None:
-        errors.append(error)
-
     try:
-        return await nats.connect(
-            name="rsub-topology",
-            error_cb=remember,
-            **connect_options(config, one_shot=True),
+        return nats_settings(
+            tuple(_split(args.servers)),
+            user=args.user,
+            password=Secret(password) if password else None,
+            token=Secret(token) if token else None,
+            creds_file=args.creds,
+            ca_file=args.tls_ca,
+            cert_file=args.tls_cert,
+            key_file=args.tls_key,
         )
-    except (OSError, TimeoutError, nats.errors.Error) as exc:
-        reason = next((r for r in map(refusal, [*errors, exc]) if r is not None), None)
-        if reason is not None:
-            raise refused(config, reason) from None
-        cause = errors[-1] if errors else exc
-        raise NatsUnreachable(
-            f"cannot reach NATS at {shown_servers(config.servers)}: {cause!r}"
-        ) from None
+    except ConfigError as exc:
+        raise ValueError(renamed(exc, NATS_FLAGS)) from None
 
 
 def format_report(report: TopologyReport) -> str:
@@ -168,7 +134,10 @@ async def _apply(args: argparse.Namespace, config: NatsConfig) -> list[TopologyR
         )
         for name in args.streams
     ]
-    nc = await _connect(config)
+    try:
+        nc = await connect_once(config, name="rsub-topology")
+    except ConfigError as exc:
+        raise ValueError(renamed(exc, NATS_FLAGS)) from None
     reports: list[TopologyReport] = []
     try:
         for vs in vstreams:

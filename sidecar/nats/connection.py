@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import ParseResult
 
+import nats
 import structlog
 from nats.aio.client import Client
 from nats.errors import AuthorizationError, NoServersError
@@ -33,7 +34,9 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.manager import JetStreamManager
 
-from sidecar.config import NatsConfig, NatsTlsConfig, hide_userinfo
+from sidecar.config.checks import ConfigError
+from sidecar.config.nats import NatsConfig, NatsTlsConfig
+from sidecar.config.secrets import hide_userinfo
 
 log = structlog.get_logger(__name__)
 
@@ -108,6 +111,10 @@ class NatsRefused(ConnectionError):
     """The server refused this client's credentials or certificate at the first connection."""
 
 
+class NatsUnreachable(ConnectionError):
+    """No server answered (as opposed to NatsRefused: one answered and refused us)."""
+
+
 # Server errors that no retry will fix (matched lower-cased).
 _REFUSALS = ("authorization violation", "authentication expired", "authentication revoked")
 # TLS failures that say the connection dropped, not that the peer refused us.
@@ -147,6 +154,31 @@ def auth_method(config: NatsConfig) -> str:
         cert = f", client cert {str(tls.cert_file)!r}" if tls.cert_file is not None else ""
         method += f", TLS with {ca}{cert}"
     return method
+
+
+async def connect_once(config: NatsConfig, name: str) -> Client:
+    """One connection, no retry (a command, a Spark task): `NatsRefused` if a server refused
+    these settings, `NatsUnreachable` if none answered, `ConfigError` (key `tls`) if a TLS
+    file cannot be used; none names a secret."""
+    try:
+        options = connect_options(config, one_shot=True)
+    except OSError as exc:  # a TLS file unreadable, or not a certificate or key
+        raise ConfigError.of([("tls", f"cannot use the TLS files: {exc}")]) from None
+    errors: list[Exception] = []
+
+    async def remember(error: Exception) -> None:
+        errors.append(error)
+
+    try:
+        return await nats.connect(name=name, error_cb=remember, **options)
+    except (OSError, TimeoutError, NatsError) as exc:
+        reason = next((r for r in map(refusal, [*errors, exc]) if r is not None), None)
+        if reason is not None:
+            raise refused(config, reason) from None
+        cause = errors[-1] if errors else exc
+        raise NatsUnreachable(
+            f"cannot reach NATS at {shown_servers(config.servers)}: {cause!r}"
+        ) from None
 
 
 @dataclass
@@ -251,7 +283,7 @@ class NatsConnection:
     @property
     def js(self) -> JetStreamContext:
         """The JetStream context of the current client, made once per client (nats-py makes
-        a new one at every `jetstream()`, which cost 3 % of the CPU at a thousand streams)."""
+        a new one at every `jetstream()`, which showed in the profiles at a thousand streams: docs/benchmarks.md)."""
         nc = self.nc
         if self._js is None or self._js[0] is not nc:
             self._js = (nc, nc.jetstream())

@@ -208,7 +208,8 @@ class MarkerPublisher:
 
     Written by hand rather than through nats-py's `js.publish`, which draws a random token
     (a system call), runs `wait_for` and builds a `PubAck` for every message: a marker is a
-    few per snapshot, and this path costs a third less CPU (`bench/bench_publish.py`). One
+    few per snapshot, and this path costs less CPU (`bench/bench_publish.py`, figures in
+    docs/benchmarks.md). One
     publisher serves every stream of a region; the counter makes each reply subject unique.
     """
 

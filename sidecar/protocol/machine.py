@@ -86,6 +86,10 @@ class _Return:
     waiting: set[str]  # the regions that have not answered a catch-up request yet
     held: set[str]  # the durables held
     ids: set[SnapshotId] = field(default_factory=set)  # the catch-up requests' snapshots
+    # Per held durable, where the progress merged by the first positions read after every
+    # region answered called for it: once there, no new move is asked for it before the
+    # release (a region still consuming would ask for one at every read).
+    needed: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -170,6 +174,12 @@ class StreamMachine:
         for stored in markers:
             outputs = machine.marker_read(stored, now_ms)
             read.extend(o for o in outputs if isinstance(o, MarkerRead | MarkerRejected))
+        # A replayed sign of consumption is not news: a marker carries no time, and the
+        # region may have stopped long ago (docs/protocol.md §8). It counts again from the
+        # next update read live.
+        for sub in machine._subs.values():
+            sub.consumed_ms.clear()
+        machine._active_until = 0
         machine.positions_read(positions, read_last_seq)
         return machine, read
 
@@ -318,6 +328,11 @@ class StreamMachine:
             return []
         sub.moving = False
         sub.exists = True
+        if self._leader and self._consumed_here(sub, mark_delete):
+            # Read back beyond the move's target over data: its consumers passed it while
+            # the move was under way (taken as is, the next read would not see it).
+            self._consumed(sub, self._region)
+            sub.consumed_unsent = True
         if sub.mark_delete is None or mark_delete > sub.mark_delete:
             sub.mark_delete = mark_delete
         if sub.target is not None and sub.target <= action.ack_floor:
@@ -814,7 +829,7 @@ class StreamMachine:
         time per subscription: none while the outcome of the last one is not reported. The
         target is kept until an action reaching it is reported done (or a read shows the
         subscription there), so a failed one is asked for again."""
-        if not self._leader or sub.moving:
+        if not self._leader or sub.moving or self._ready_for_release(name, sub):
             return
         target = sub.target
         if progress and sub.progress and (not sub.exists or sub.mark_delete is not None):
@@ -891,16 +906,35 @@ class StreamMachine:
 
     def _end_holds(self) -> list[Output]:
         """After a positions read, once every region answered: release each held durable
-        with no move in flight (the read just asked for any its progress calls for)."""
+        with no move in flight (the read just asked for any its progress calls for). One with
+        a move in flight notes where the progress calls for it now (`_Return.needed`): once
+        there, it is asked no further move, and the next read releases it."""
         held = self._return
         if held is None or held.waiting:
             return []
-        done = [
-            name
-            for name in sorted(held.held)
-            if (sub := self._subs.get(name)) is None or not sub.exists or not sub.moving
-        ]
+        done: list[str] = []
+        for name in sorted(held.held):
+            sub = self._subs.get(name)
+            if sub is None or not sub.exists or not sub.moving:
+                done.append(name)
+            elif name not in held.needed and sub.mark_delete is not None:
+                held.needed[name] = max(sub.mark_delete, self._called_for(sub))
         return self._release(done)
+
+    def _called_for(self, sub: _Sub) -> int:
+        """The furthest position an applied update or the merged progress calls `sub` to."""
+        target = sub.target or 0
+        if sub.progress and sub.mark_delete is not None:
+            covered = self._position_for(sub.progress, sub.mark_delete)
+            if covered is not None:
+                target = max(target, covered)
+        return target
+
+    def _ready_for_release(self, name: str, sub: _Sub) -> bool:
+        """Held, and where the progress called for it once every region answered."""
+        held = self._return
+        needed = held.needed.get(name) if held is not None else None
+        return needed is not None and sub.mark_delete is not None and sub.mark_delete >= needed
 
     def _release(self, names: list[str]) -> list[Output]:
         held = self._return

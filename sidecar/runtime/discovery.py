@@ -25,7 +25,7 @@ import structlog
 from nats.errors import Error as NatsError
 from nats.js.errors import APIError
 
-from sidecar.config import Config
+from sidecar.config.schema import Config
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import NamingError, VirtualStream, name_in_stream
 from sidecar.nats.port import STREAM_NOT_FOUND, JetStreamPort

@@ -185,8 +185,9 @@ class StreamObserver:
         gauges of those that received progress, the regions consuming each, the durables
         the failback guard holds, the origin index's size; the series of a
         subscription that no longer qualifies are dropped, not left at a stale value. Only
-        values that changed are set (at a thousand loaded streams this method, building every
-        subscription's full view and setting every series, was 10.5 % of py-spy's samples)."""
+        values that changed are set (building every subscription's full view and setting every
+        series showed in the profiles at a thousand loaded streams: docs/benchmarks.md, "Many
+        streams")."""
         metrics, name = self._metrics, self._name
         if machine.held != self._held:
             self._held = machine.held

@@ -15,7 +15,7 @@ from typing import TypeVar
 import structlog
 from nats.errors import Error as NatsError
 
-from sidecar.config import Config
+from sidecar.config.schema import Config
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection, NatsRefused

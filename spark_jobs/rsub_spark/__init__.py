@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.rsub_spark.cursor import CursorCommitError, SidecarClient, SidecarError
+from sidecar.api.client import CursorCommitError, SidecarClient, SidecarError
+from spark_jobs.rsub_spark.cursor import sidecar_client
 from spark_jobs.rsub_spark.listener import CursorCommitListener, attach_cursor_commits
 from spark_jobs.rsub_spark.nats_read import RsubDataLossError, RsubReadError
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
@@ -38,5 +39,6 @@ __all__ = [
     "attach_cursor_commits",
     "parse_options",
     "register",
+    "sidecar_client",
     "spark_schema",
 ]

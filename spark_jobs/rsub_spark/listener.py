@@ -23,7 +23,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
-from spark_jobs.rsub_spark.cursor import CursorCommitError, SidecarClient
+from sidecar.api.client import CursorCommitError
+from spark_jobs.rsub_spark.cursor import check_cursor, sidecar_client
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
 
 log = structlog.get_logger(__name__)
@@ -53,9 +54,9 @@ class CursorCommitListener(StreamingQueryListener):
         self._read_stream = opts.read_stream
         self._subscription = opts.subscription
         self._query_name = query_name
-        self._client = SidecarClient.for_options(opts)
+        self._client = sidecar_client(opts)
         try:
-            self._client.check_cursor(opts.stream, opts.subscription)
+            check_cursor(self._client, opts.stream, opts.subscription)
         except Exception:
             self._client.close()
             raise
@@ -155,7 +156,7 @@ def attach_cursor_commits(
     `options` are the ones given to `spark.readStream.format("rsub")` (they must name the
     sidecar and the subscription). With `query_name`, only that query's progress counts.
     Raises `RsubOptionError` at once when the subscription is a durable consumer (commits go
-    to an external cursor: `SidecarClient.check_cursor`).
+    to an external cursor: `cursor.check_cursor`).
     """
     listener = CursorCommitListener(parse_options(options), query_name)
     spark.streams.addListener(listener)

@@ -14,21 +14,20 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
-import nats
 import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from sidecar.config import NatsConfig, NatsTlsConfig
+from sidecar.config.checks import ConfigError
+from sidecar.config.nats import renamed
 from sidecar.naming import NamingError, VirtualStream, region_in_stream
 from sidecar.nats import jsapi
-from sidecar.nats.connection import connect_options, shown_servers
-from spark_jobs.rsub_spark.options import RsubOptions
+from sidecar.nats.connection import NatsRefused, NatsUnreachable, connect_once, shown_servers
+from spark_jobs.rsub_spark.options import NATS_OPTIONS, RsubOptions
 from spark_jobs.rsub_spark.rows import EPOCH, MICROSECOND, Record, rfc3339_micros
 
 log = structlog.get_logger(__name__)
@@ -105,41 +104,14 @@ class NatsSession:
         loop.close()
 
 
-def nats_config(opts: RsubOptions) -> NatsConfig:
-    """The source's NATS settings in the form the sidecar's one connection builder takes."""
-    return NatsConfig(
-        servers=opts.servers,
-        user=opts.user,
-        password=opts.password,
-        token=opts.token,
-        creds_file=Path(opts.creds_file) if opts.creds_file is not None else None,
-        tls=NatsTlsConfig(ca_file=opts.tls_ca, cert_file=opts.tls_cert, key_file=opts.tls_key),
-        connect_timeout_s=opts.timeout_ms / 1000,
-    )
-
-
 async def connect(opts: RsubOptions) -> NATS:
     """Connects to the region's servers once, without retrying; fails naming the servers."""
     try:
-        options = connect_options(nats_config(opts), one_shot=True)
-    except OSError as exc:  # an unreadable TLS file
-        raise RsubReadError(
-            f"cannot read the TLS files of options tlsCa/tlsCert/tlsKey: {exc}"
-        ) from exc
-    options["name"] = f"rsub-spark {opts.read_stream}"
-
-    errors: list[Exception] = []
-
-    async def remember(error: Exception) -> None:
-        errors.append(error)
-
-    try:
-        return await nats.connect(**options, error_cb=remember)
-    except Exception as exc:
-        cause = errors[-1] if errors else exc
-        raise RsubReadError(
-            f"cannot connect to NATS servers {shown_servers(opts.servers)}: {cause!r}"
-        ) from exc
+        return await connect_once(opts.nats, name=f"rsub-spark {opts.read_stream}")
+    except (NatsRefused, NatsUnreachable) as exc:
+        raise RsubReadError(str(exc)) from None
+    except ConfigError as exc:
+        raise RsubReadError(renamed(exc, NATS_OPTIONS)) from None
 
 
 def _origins(opts: RsubOptions, sources: list[Any] | None) -> VirtualStream | None:
@@ -162,7 +134,7 @@ async def stream_bounds(nc: NATS, opts: RsubOptions) -> StreamBounds:
     except NotFoundError:
         raise RsubReadError(
             f"read stream {opts.read_stream!r} (virtual stream {opts.stream!r}) not found on "
-            f"{shown_servers(opts.servers)}"
+            f"{shown_servers(opts.nats.servers)}"
         ) from None
     state = info.state
     return StreamBounds(

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sidecar.config import Secret, repr_hiding_userinfo
+from sidecar.config.checks import ConfigError
+from sidecar.config.nats import NatsConfig, nats_settings, renamed
+from sidecar.config.secrets import Secret, repr_hiding_userinfo
 from sidecar.naming import (
     DEFAULT_READ_STREAM,
     DEFAULT_WRITE_STREAM,
@@ -56,6 +58,21 @@ KNOWN_OPTIONS: dict[str, str] = {
 }
 
 
+# The option that sets each key of the NATS settings (`NatsConfig`), for its problems.
+NATS_OPTIONS = {
+    "servers": "option servers",
+    "user": "option user",
+    "password": "option password",
+    "token": "option token",
+    "creds_file": "option credsFile",
+    "tls.ca_file": "option tlsCa",
+    "tls.cert_file": "option tlsCert",
+    "tls.key_file": "option tlsKey",
+    "connect_timeout_s": "option timeoutMs",
+    "tls": "options tlsCa/tlsCert/tlsKey",
+}
+
+
 class RsubOptionError(ValueError):
     """An option of the rsub source is missing, unknown or malformed."""
 
@@ -79,7 +96,6 @@ class EndingOffsets:
 
 @dataclass(frozen=True)
 class RsubOptions:
-    servers: tuple[str, ...]
     stream: str
     read_stream: str
     # The virtual stream's write-stream pattern: reads the origin region of each row.
@@ -101,14 +117,9 @@ class RsubOptions:
     fail_on_data_loss: bool
     latest_offset_cache_ms: int
     timeout_ms: int
-    user: str | None
-    password: Secret | None
-    token: Secret | None
-    creds_file: str | None
-    # Files for TLS to NATS, on the driver and on every executor (none: plaintext).
-    tls_ca: Path | None
-    tls_cert: Path | None
-    tls_key: Path | None
+    nats: NatsConfig
+    """How to connect (`servers`, `user`, `password`, `token`, `credsFile`, `tlsCa`,
+    `tlsCert`, `tlsKey`, `timeoutMs`): files on the driver and on every executor."""
 
     __repr__ = repr_hiding_userinfo
 
@@ -274,19 +285,22 @@ def parse_options(raw: Mapping[str, str]) -> RsubOptions:
         if "maxOffsetsPerTrigger" in given
         else None
     )
-    has_token = "token" in given
-    has_user = "user" in given or "password" in given
-    if has_token and has_user:
-        raise RsubOptionError("options token and user/password exclude each other")
-    if ("user" in given) != ("password" in given):
-        # The connection builder sends a user only with its password: refuse, never connect
-        # anonymously in silence.
-        raise RsubOptionError("options user and password go together")
-    tls_cert, tls_key = _path(given, "tlsCert"), _path(given, "tlsKey")
-    if (tls_cert is None) != (tls_key is None):
-        raise RsubOptionError("options tlsCert and tlsKey go together")
+    timeout_ms = _parse_int("timeoutMs", given.get("timeoutMs", "10000"), 1)
+    try:
+        nats = nats_settings(
+            servers,
+            user=given.get("user"),
+            password=_secret(given.get("password")),
+            token=_secret(given.get("token")),
+            creds_file=_path(given, "credsFile"),
+            ca_file=_path(given, "tlsCa"),
+            cert_file=_path(given, "tlsCert"),
+            key_file=_path(given, "tlsKey"),
+            connect_timeout_s=timeout_ms / 1000,
+        )
+    except ConfigError as exc:
+        raise RsubOptionError(renamed(exc, NATS_OPTIONS)) from None
     return RsubOptions(
-        servers=servers,
         stream=stream,
         read_stream=read_stream,
         write_stream_pattern=write_pattern,
@@ -309,12 +323,6 @@ def parse_options(raw: Mapping[str, str]) -> RsubOptions:
         latest_offset_cache_ms=_parse_int(
             "latestOffsetCacheMs", given.get("latestOffsetCacheMs", "250"), 0
         ),
-        timeout_ms=_parse_int("timeoutMs", given.get("timeoutMs", "10000"), 1),
-        user=given.get("user"),
-        password=_secret(given.get("password")),
-        token=_secret(given.get("token")),
-        creds_file=given.get("credsFile"),
-        tls_ca=_path(given, "tlsCa"),
-        tls_cert=tls_cert,
-        tls_key=tls_key,
+        timeout_ms=timeout_ms,
+        nats=nats,
     )

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_jobs.rsub_spark.cursor import SidecarClient
+from spark_jobs.rsub_spark.cursor import cursor_position, sidecar_client
 from spark_jobs.rsub_spark.nats_read import (
     NatsSession,
     RsubDataLossError,
@@ -113,11 +113,8 @@ def start_of(opts: RsubOptions, streaming: bool, bounds: StreamBounds) -> Start:
     if starting.kind == "sequence":
         return Start(starting.sequence - 1, {})
     assert opts.sidecar is not None and opts.subscription is not None  # checked by parse_options
-    client = SidecarClient.for_options(opts)
-    try:
-        mark_delete, progress = client.subscription(opts.stream, opts.subscription)
-    finally:
-        client.close()
+    with sidecar_client(opts) as client:
+        mark_delete, progress = cursor_position(client, opts.stream, opts.subscription)
     log.info(
         "rsub.start_from_subscription",
         stream=opts.stream,

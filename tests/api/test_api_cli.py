@@ -21,7 +21,7 @@ from rsub_dev.ports import free_ports
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.cli import main
 from sidecar.cli.remote import table
-from sidecar.config import GrpcTlsConfig
+from sidecar.config.schema import GrpcTlsConfig
 from sidecar.protocol import SubscriptionKind
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 

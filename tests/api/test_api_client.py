@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.api.client import SidecarClient, SidecarError
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
-from sidecar.config import GrpcTlsConfig
-from spark_jobs.rsub_spark.cursor import SidecarClient, SidecarError
+from sidecar.config.schema import GrpcTlsConfig
+from spark_jobs.rsub_spark.cursor import cursor_position, sidecar_client
 from spark_jobs.rsub_spark.options import parse_options
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, Certs, MemoryBackend
 
@@ -46,7 +47,7 @@ def spark_client(server: GrpcServerHandle, certs: Certs, **extra: str) -> Sideca
         "sidecarTlsCert": str(certs.client_cert),
         "sidecarTlsKey": str(certs.client_key),
     }
-    return SidecarClient.for_options(parse_options({**options, **extra}))
+    return sidecar_client(parse_options({**options, **extra}))
 
 
 async def test_commits_a_cursor_over_mutual_tls_with_the_token(
@@ -56,7 +57,7 @@ async def test_commits_a_cursor_over_mutual_tls_with_the_token(
     client = spark_client(mutual_tls_server, certs)
     try:
         assert await asyncio.to_thread(client.commit, STREAM, SUBSCRIPTION, 60) == 60
-        assert await asyncio.to_thread(client.subscription, STREAM, SUBSCRIPTION) == (
+        assert await asyncio.to_thread(cursor_position, client, STREAM, SUBSCRIPTION) == (
             60,
             {"east": 9},
         )
@@ -92,8 +93,8 @@ async def test_without_the_ca_the_sidecar_is_unreachable(
     ("extra", "message"),
     [
         ({"sidecarTlsCa": "/nonexistent/ca.pem"}, "option sidecarTlsCa: cannot read"),
-        ({"sidecarTlsKey": ""}, "option sidecarTlsCert and sidecarTlsKey go together"),
-        ({"sidecarTlsCa": ""}, "option sidecarTlsCert needs sidecarTlsCa"),
+        ({"sidecarTlsKey": ""}, "option sidecarTlsCert and option sidecarTlsKey go together"),
+        ({"sidecarTlsCa": ""}, "option sidecarTlsCert needs option sidecarTlsCa"),
     ],
 )
 async def test_unusable_tls_files_are_named(

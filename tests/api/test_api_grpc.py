@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server, status_of
-from sidecar.config import GrpcTlsConfig
+from sidecar.config.schema import GrpcTlsConfig
 from sidecar.metrics import SidecarMetrics
 from sidecar.protocol import SubscriptionKind
 from sidecar.runtime.errors import ApiError, InvalidArgument, NotFound, NotLeader, Unavailable

@@ -17,9 +17,10 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api import convert
+from sidecar.api.client import SidecarClient
 from sidecar.api.grpc_server import CURSOR_SERVICE, GrpcServerHandle
 from sidecar.exact import progress_of
-from spark_jobs.rsub_spark.cursor import SidecarClient
+from spark_jobs.rsub_spark.cursor import cursor_position
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, MemoryBackend, StateServer
 
 FieldShape = tuple[object, ...]
@@ -89,7 +90,8 @@ async def test_clients_read_the_answers_of_a_server_on_the_released_schema() -> 
         assert isinstance(state, api_pb2.GetSubscriptionResponse)
         assert convert.subscription_from_proto(state) == view
         assert await progress_of(server.address, STREAM, SUBSCRIPTION) == view.progress
-        assert spark.subscription(STREAM, SUBSCRIPTION) == (view.mark_delete, view.progress)
+        assert spark.subscription(STREAM, SUBSCRIPTION) == view
+        assert cursor_position(spark, STREAM, SUBSCRIPTION) == (view.mark_delete, view.progress)
     finally:
         spark.close()
         server.stop()

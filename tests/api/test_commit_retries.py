@@ -18,9 +18,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from rsub_dev.ports import free_ports
+from sidecar.api.client import CursorCommitError, SidecarClient
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.runtime.errors import FailedPrecondition, NotLeader, Unavailable
-from spark_jobs.rsub_spark.cursor import CursorCommitError, SidecarClient
 from spark_jobs.rsub_spark.listener import CursorCommitListener
 from spark_jobs.rsub_spark.options import RsubOptionError, parse_options
 from tests.support.api_fakes import STREAM, SUBSCRIPTION, MemoryBackend

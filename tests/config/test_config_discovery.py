@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.config import Config, ConfigError
+from sidecar.config.checks import ConfigError
+from sidecar.config.loading import config_from_mapping
 from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM
 
 
@@ -21,12 +22,12 @@ def base(**extra: Any) -> dict[str, Any]:
 
 def problems(data: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
     with pytest.raises(ConfigError) as info:
-        Config.from_mapping(data, env)
+        config_from_mapping(data, env)
     return info.value.problems
 
 
 def test_off_by_default_with_the_listed_streams_defaults() -> None:
-    config = Config.from_mapping(base(streams=[{"name": "orders"}]))
+    config = config_from_mapping(base(streams=[{"name": "orders"}]))
     discovery = config.discovery
     assert not discovery.enabled
     assert discovery.match == ("*",)
@@ -38,14 +39,14 @@ def test_off_by_default_with_the_listed_streams_defaults() -> None:
 
 
 def test_discovery_alone_needs_no_listed_stream() -> None:
-    config = Config.from_mapping(base(discovery={"enabled": True, "match": ["orders-*"]}))
+    config = config_from_mapping(base(discovery={"enabled": True, "match": ["orders-*"]}))
     assert config.streams == ()
     assert config.discovery.matches("orders-eu")
     assert not config.discovery.matches("billing")
 
 
 def test_listed_and_discovered_streams_together() -> None:
-    config = Config.from_mapping(
+    config = config_from_mapping(
         base(streams=[{"name": "orders", "replicas": 3}], discovery={"enabled": True})
     )
     assert [s.name for s in config.streams] == ["orders"]
@@ -66,7 +67,7 @@ def test_environment_overrides() -> None:
         "RSUB_DISCOVERY__INTERVAL_S": "5",
         "RSUB_DISCOVERY__READ_STREAM": "{name}_at_{region}",
     }
-    discovery = Config.from_mapping(base(), env).discovery
+    discovery = config_from_mapping(base(), env).discovery
     assert discovery.enabled
     assert discovery.match == ("orders-*", "billing")
     assert discovery.interval_s == 5.0

@@ -9,14 +9,10 @@ from typing import Any
 import pytest
 import structlog
 
-from sidecar.config import (
-    Config,
-    ConfigError,
-    Secret,
-    hide_userinfo,
-    load_config,
-    split_host_port,
-)
+from sidecar.config.checks import ConfigError
+from sidecar.config.loading import config_from_mapping, load_config
+from sidecar.config.schema import split_host_port
+from sidecar.config.secrets import Secret, hide_userinfo
 from sidecar.logs import configure_logging
 from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM
 
@@ -32,13 +28,13 @@ def minimal() -> dict[str, Any]:
 
 def problems_of(data: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
     with pytest.raises(ConfigError) as info:
-        Config.from_mapping(data, env)
+        config_from_mapping(data, env)
     assert str(info.value).count("\n") == len(info.value.problems)
     return info.value.problems
 
 
 def test_defaults() -> None:
-    config = Config.from_mapping(minimal())
+    config = config_from_mapping(minimal())
     assert config.region == "west"
     assert config.regions == ("west", "central", "east")
     assert config.nats.servers == ("nats://127.0.0.1:4222",)
@@ -64,7 +60,7 @@ def test_null_means_default_and_config_is_frozen() -> None:
     data = minimal()
     data["streams"] = [{"name": "orders", "write_stream": None, "replicas": None}]
     data["snapshot"] = {"interval_ms": None}
-    config = Config.from_mapping(data)
+    config = config_from_mapping(data)
     assert config.streams[0].write_stream == DEFAULT_WRITE_STREAM
     assert config.streams[0].replicas == 1
     assert config.snapshot.interval_ms == 1000
@@ -79,7 +75,7 @@ def test_virtual_streams_follow_patterns_and_clusters() -> None:
         {"name": "pay", "write_stream": "w-{region}-{name}", "read_stream": "r-{region}-{name}"},
     ]
     data["cluster_for_region"] = {"east": "nats-east-1"}
-    config = Config.from_mapping(data)
+    config = config_from_mapping(data)
     assert config.virtual_stream("orders").read_stream("central") == "orders-read-central"
     assert config.virtual_stream("pay").write_stream("west") == "w-west-pay"
     assert [v.name for v in config.virtual_streams] == ["orders", "pay"]
@@ -244,7 +240,7 @@ def test_env_overrides_are_typed() -> None:
         "RSUB_LOG__FORMAT": "json",
         "HOME": "/root",  # not ours: ignored
     }
-    config = Config.from_mapping(minimal(), env)
+    config = config_from_mapping(minimal(), env)
     assert config.region == "east"
     assert config.nats.servers == ("nats://a:4222", "nats://b:4222")
     assert config.nats.user == "svc"
@@ -260,7 +256,7 @@ def test_env_overrides_are_typed() -> None:
 def test_env_empty_value_clears_an_optional_key() -> None:
     data = minimal()
     data["nats"]["token"] = "from-file"
-    config = Config.from_mapping(data, {"RSUB_NATS__TOKEN": ""})
+    config = config_from_mapping(data, {"RSUB_NATS__TOKEN": ""})
     assert config.nats.token is None
 
 
@@ -330,7 +326,7 @@ def test_secrets_never_shown() -> None:
     data = minimal()
     data["nats"].update(user="svc", password="hunter2-pw")
     data["grpc"] = {"auth_token": "hunter2-grpc"}
-    config = Config.from_mapping(data, {"RSUB_NATS__PASSWORD": "hunter2-env"})
+    config = config_from_mapping(data, {"RSUB_NATS__PASSWORD": "hunter2-env"})
     assert config.nats.password is not None and config.nats.password.reveal() == "hunter2-env"
     assert config.grpc.auth_token is not None
     assert config.grpc.auth_token.reveal() == "hunter2-grpc"
@@ -371,7 +367,7 @@ def test_a_server_url_password_never_shows_in_a_config_repr() -> None:
     data["nats"]["servers"] = ["nats://svc:hunter2-url@127.0.0.1:4222", "tls://tok-hunter2@h2"]
     data["nats"]["user"] = "alice"
     data["nats"]["password"] = "hunter2-pw"
-    config = Config.from_mapping(data)
+    config = config_from_mapping(data)
     assert config.nats.servers[0] == "nats://svc:hunter2-url@127.0.0.1:4222"  # kept as given
     for text in (repr(config), str(config), repr(config.nats), str(config.nats)):
         assert "hunter2" not in text
@@ -392,7 +388,7 @@ def test_secrets_not_in_logs() -> None:
     try:
         data = minimal()
         data["nats"]["token"] = "hunter2-token"
-        config = Config.from_mapping(data)
+        config = config_from_mapping(data)
         structlog.get_logger("test").info("config_loaded", config=config, nats=config.nats)
     finally:
         root.handlers[:] = handlers
@@ -470,7 +466,7 @@ def test_tls_files_that_exist_are_accepted(tmp_path: Path) -> None:
         "cert_file": str(tmp_path / "cert.pem"),
         "key_file": str(tmp_path / "key.pem"),
     }
-    config = Config.from_mapping(data)
+    config = config_from_mapping(data)
     assert config.nats.tls.enabled
     assert config.nats.tls.key_file == tmp_path / "key.pem"
 

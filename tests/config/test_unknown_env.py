@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.config import Config, ConfigError, unrelated_env
+from sidecar.config.checks import ConfigError
+from sidecar.config.environment import unrelated_env
+from sidecar.config.loading import config_from_mapping
 
 
 def minimal() -> dict[str, Any]:
@@ -69,15 +71,15 @@ SERVICE_SECTIONS = {
 @pytest.mark.parametrize("links", [SERVICE_RSUB, SERVICE_RELEASE, SERVICE_SECTIONS])
 def test_service_links_are_ignored_silently(links: dict[str, str]) -> None:
     env = {**links, "RSUB_REGION": "east"}
-    config = Config.from_mapping(minimal(), env)
-    assert config == Config.from_mapping(minimal(), {"RSUB_REGION": "east"})
+    config = config_from_mapping(minimal(), env)
+    assert config == config_from_mapping(minimal(), {"RSUB_REGION": "east"})
     assert unrelated_env(env) == []
 
 
 def test_a_setting_wins_over_the_service_link_shape() -> None:
     # Settings have `__` before their last word, so no Service can produce one; still, a
     # variable that names a key always sets it.
-    config = Config.from_mapping(minimal(), {"RSUB_GRPC__LISTEN": "0.0.0.0:7070"})
+    config = config_from_mapping(minimal(), {"RSUB_GRPC__LISTEN": "0.0.0.0:7070"})
     assert config.grpc.listen == "0.0.0.0:7070"
 
 
@@ -98,7 +100,7 @@ def test_a_setting_wins_over_the_service_link_shape() -> None:
 )
 def test_a_likely_typo_is_refused_with_its_did_you_mean(var: str, meant: str) -> None:
     with pytest.raises(ConfigError) as info:
-        Config.from_mapping(minimal(), {var: "hunter2-value", **SERVICE_RSUB})
+        config_from_mapping(minimal(), {var: "hunter2-value", **SERVICE_RSUB})
     (problem,) = info.value.problems
     assert problem.startswith(f"{var}: unknown setting: no key ")
     assert problem.endswith(f"(did you mean {meant}?)")
@@ -107,7 +109,7 @@ def test_a_likely_typo_is_refused_with_its_did_you_mean(var: str, meant: str) ->
 
 def test_a_variable_under_a_real_section_is_refused_even_without_a_close_key() -> None:
     with pytest.raises(ConfigError) as info:
-        Config.from_mapping(minimal(), {"RSUB_HTTP__PORT": "8080"})
+        config_from_mapping(minimal(), {"RSUB_HTTP__PORT": "8080"})
     assert info.value.problems == ["RSUB_HTTP__PORT: unknown setting: no key 'http.port'"]
 
 
@@ -120,7 +122,7 @@ def test_an_unrelated_variable_is_listed_by_name_and_ignored() -> None:
         "HOME": "/root",
         **SERVICE_RELEASE,
     }
-    config = Config.from_mapping(minimal(), env)
+    config = config_from_mapping(minimal(), env)
     assert config.region == "east"
     names = unrelated_env(env)
     assert names == ["RSUB_COLOUR", "RSUB_TEAM_API_KEY", "RSUB_VERSION"]
@@ -132,7 +134,7 @@ def test_typos_are_listed_with_the_other_problems() -> None:
     data["region"] = "north"
     env = {"RSUB_LEASE_BUCKET": "b", "RSUB_LOG__LEVL": "debug", "RSUB_VERSION": "1", **SERVICE_RSUB}
     with pytest.raises(ConfigError) as info:
-        Config.from_mapping(data, env)
+        config_from_mapping(data, env)
     assert [p.split(":")[0] for p in info.value.problems] == [
         "RSUB_LEASE_BUCKET",
         "RSUB_LOG__LEVL",

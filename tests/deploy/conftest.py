@@ -1,5 +1,5 @@
-"""Fixtures for the chart and image tests: scripts/helm_tool.py, scripts/chart_readme.py and
-scripts/image_tool.py, loaded as modules."""
+"""Fixtures for the chart and image tests: scripts/helm_tool.py, scripts/chart_readme.py,
+scripts/config_schema.py and scripts/image_tool.py, loaded as modules."""
 
 from __future__ import annotations
 
@@ -32,6 +32,11 @@ def helm_tool() -> ModuleType:
 @pytest.fixture(scope="session")
 def chart_readme() -> ModuleType:
     return _load_script("chart_readme")
+
+
+@pytest.fixture(scope="session")
+def config_schema() -> ModuleType:
+    return _load_script("config_schema")
 
 
 @pytest.fixture(scope="session")

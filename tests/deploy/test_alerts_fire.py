@@ -59,7 +59,7 @@ from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.service import Service
-from sidecar.config import Config
+from sidecar.config.schema import Config
 from sidecar.naming import VirtualStream
 from tests.support.promtool_alerts import Expect, ScrapeRecorder, Target, promtool_check
 from tests.support.scenario_kit import (

@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.config import Config, split_host_port, unrelated_env
+from sidecar.config.checks import ConfigError
+from sidecar.config.environment import unrelated_env
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import split_host_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "rsub-sidecar"
@@ -120,7 +123,7 @@ def test_release_reaches_a_config_the_sidecar_accepts(
     # chart bug; one that looks like a typo is fatal).
     env = {e["name"]: e.get("value", "from-secret") for e in container.get("env", [])}
     assert unrelated_env(env) == []
-    config = Config.from_mapping(relocated, env)
+    config = config_from_mapping(relocated, env)
     assert config.region == values["region"]
     auth = values.get("natsSecret", {}).get("auth", "none")
     assert (config.nats.creds_file is not None) == (auth == "creds")
@@ -260,7 +263,7 @@ def test_discovery_alone_renders_a_config_the_sidecar_accepts(helm_tool: ModuleT
     values["config"].update(streams=[], discovery={"enabled": True, "match": ["orders-*"]})
     objs = objects(helm_tool, values, "rsub-west")
     data = yaml.safe_load(objs["ConfigMap"]["data"]["sidecar.yaml"])
-    config = Config.from_mapping(data)
+    config = config_from_mapping(data)
     assert config.streams == ()
     assert config.discovery.enabled and config.discovery.match == ("orders-*",)
 
@@ -915,3 +918,43 @@ def test_readme_refuses_undocumented_values(
 ) -> None:
     with pytest.raises(chart_readme.ValuesDocError, match=re.escape(message)):
         chart_readme.value_rows(text)
+
+
+def test_the_config_schema_is_what_the_settings_model_gives(config_schema: ModuleType) -> None:
+    """values.schema.json's `config` part is written from `sidecar.config` (`make
+    config-schema`): it fails here as soon as either changes alone."""
+    current = (CHART / "values.schema.json").read_text()
+    assert config_schema.written(current) == current, "run `make config-schema`"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: c["lease"].update(replicas=6),
+        lambda c: c["lease"].update(ttl_s=0),
+        lambda c: c["lease"].update(bucket="a.b"),
+        lambda c: c["snapshot"].update(interval_ms=0),
+        lambda c: c["failback"].update(hold_s=-1),
+        lambda c: c["log"].update(level="loud"),
+        lambda c: c["progress"].update(interval_ms="soon"),
+        lambda c: c["nats"].update(servers=["http://h:4222"]),
+        lambda c: c.update(cluster_for_region={"west": "a b"}),
+        lambda c: c["streams"].append({"name": "x", "replicas": 0}),
+        lambda c: c["streams"].append({"name": "x", "write_stream": "{name}-w"}),
+        lambda c: c["discovery"].update(match=[]),
+        lambda c: c.update(snapshots={}),
+    ],
+)
+def test_the_chart_refuses_what_the_sidecar_refuses(helm_tool: ModuleType, change: Any) -> None:
+    """The same bad settings, given to Helm (the values schema) and to the sidecar's loader."""
+    values = example_values(helm_tool, "west")
+    config = values["config"]
+    for section in ("discovery", "lease", "snapshot", "failback", "log", "progress"):
+        config.setdefault(section, {})
+    helm_tool.render(CHART, values)
+    config_from_mapping({**config, "region": "west"})
+    change(config)
+    with pytest.raises(helm_tool.ChartError, match="at '/config"):
+        helm_tool.render(CHART, values)
+    with pytest.raises(ConfigError):
+        config_from_mapping({**config, "region": "west"})

@@ -297,6 +297,61 @@ def test_a_link_delays_stalls_and_partitions() -> None:
     assert subjects(js, vs.read_stream("east")) == ["V.1", "V.2", "V.3", "V.4"]
 
 
+def active(js: SimJetStream, stream: str) -> dict[str, int | None]:
+    return {s.name: s.active_ms for s in js.stream_info(stream).sources}
+
+
+def test_a_stream_tells_when_it_last_heard_from_each_source() -> None:
+    clock, js = world()
+    vs = virtual_layout(js, ("east", "west"))
+    west, east = vs.read_stream("west"), vs.write_stream("east")
+    clock.advance(2_500)  # heartbeats every second on an idle link
+    assert active(js, west) == {vs.write_stream("east"): 500, vs.write_stream("west"): 500}
+    js.publish("V.east.1")
+    clock.advance(100)
+    assert active(js, west)[east] == 100  # the message arrived at once
+    js.partition("west")
+    clock.advance(3_000)
+    assert active(js, west)[east] == 3_100  # as it was left, growing
+    assert js.stream_info(west).leader_since_ms == 0
+
+
+def test_a_cluster_restarted_elects_new_leaders_and_hears_from_its_sources_late() -> None:
+    clock, js = world()
+    vs = virtual_layout(js, ("east", "west"))
+    east_to_west = (vs.read_stream("west"), vs.write_stream("east"))
+    clock.advance(100)  # heard from at the link's opening, at 0
+    js.partition("west")
+    js.publish("V.east.1")
+    clock.advance(5_000)
+    js.restart("west", {"east": 3_000, "west": 1_000})
+    assert js.stream_info(vs.read_stream("west")).leader_since_ms == 5_100
+    assert js.stream_info(vs.read_stream("east")).leader_since_ms == 0  # not restarted
+    assert active(js, vs.read_stream("west")) == {
+        vs.write_stream("east"): None,
+        vs.write_stream("west"): None,
+    }
+    assert active(js, vs.read_stream("east"))[vs.write_stream("west")] == 5_100
+    js.publish("V.west.2")
+    clock.advance(2_999)
+    assert subjects(js, vs.read_stream("west")) == ["V.2"]  # its own source reconnected
+    assert active(js, vs.read_stream("west"))[east_to_west[1]] is None
+    clock.advance(1)
+    assert subjects(js, vs.read_stream("west")) == ["V.2", "V.1"]
+    assert active(js, vs.read_stream("west"))[east_to_west[1]] == 0
+
+
+def test_pauses_are_told_as_they_take_effect() -> None:
+    _, js = world()
+    js.stream_create(StreamConfig("S", ("s.>",)))
+    js.consumer_create("S", ConsumerConfig("d"))
+    told: list[tuple[str, str, int | None]] = []
+    js.on_paused = lambda stream, name, until: told.append((stream, name, until))
+    js.consumer_pause("S", "d", 5_000)
+    js.consumer_pause("S", "d", None)
+    assert told == [("S", "d", 5_000), ("S", "d", None)]
+
+
 def test_what_the_origin_removed_before_the_link_took_it_never_arrives() -> None:
     clock, js = world()
     js.stream_create(StreamConfig("W", ("w",), max_msgs=2))

@@ -64,7 +64,8 @@ def _seen(value: object) -> object:
     """What is compared of a value: a stream's state and de-duplication window (not its
     creation time), deliveries and stored messages without their times."""
     if isinstance(value, StreamInfo):
-        return (value.state, value.config.window_ms)
+        heard = sorted((source.name, source.active_ms is not None) for source in value.sources)
+        return (value.state, value.config.window_ms, heard)
     if isinstance(value, list):
         return [_seen(v) for v in value]
     if isinstance(value, Delivery):
@@ -248,7 +249,8 @@ async def kv_ttl(s: JetStreamScenario) -> list[tuple[str, object]]:
 
 async def sourcing(s: JetStreamScenario) -> list[tuple[str, object]]:
     """A read stream sourcing two write streams as the virtual-stream layout does
-    (docs/topology.md), de-duplicating by `Nats-Msg-Id` within its window."""
+    (docs/topology.md), de-duplicating by `Nats-Msg-Id` within its window; which sources a
+    stream has heard from (`active`), one of a stream that does not exist never."""
     t = Transcript()
     east = StreamConfig("W-east", ("foo.east.>", "_m.east"), duplicate_window_ms=500)
     west = StreamConfig("W-west", ("foo.west.>",))
@@ -263,6 +265,7 @@ async def sourcing(s: JetStreamScenario) -> list[tuple[str, object]]:
         ),
     )
     filtered = StreamConfig("R2", ("local.r2",), sources=(SourceConfig("W-east", "foo.east.a"),))
+    sources_nowhere = (SourceConfig("W-east"), SourceConfig("W-nowhere"))
     created = {}
     for config in (east, west, read, filtered):
         created[config.name] = (await t.ok(config.name, s.stream_create(config))).created
@@ -283,6 +286,10 @@ async def sourcing(s: JetStreamScenario) -> list[tuple[str, object]]:
     await t.ok("m3", s.publish("foo.east.a", b"3", {"Nats-Msg-Id": "m3"}))
     await s.wait_sourced("R", 4)
     await s.wait_sourced("R2", 2)
+    # A source whose stream does not exist is never heard from.
+    await t.ok("R3", s.stream_create(StreamConfig("R3", ("local.r3",), sources=sources_nowhere)))
+    await s.wait(700)
+    await t.ok("R3 state", s.stream_info("R3"))
     for name in ("R", "R2"):
         info = await t.ok(f"{name} state", s.stream_info(name))
         for seq in range(1, info.state.last_seq + 1):

@@ -61,7 +61,7 @@ async def publish_in_read_order(js: JetStreamContext) -> None:
 
 async def test_exact_consumer_skips_exactly_the_covered_messages(tmp_path: Path) -> None:
     state = api_pb2.GetSubscriptionResponse(
-        stream=VS.name, subscription="billing", mark_delete=P_B, progress=PROGRESS
+        stream=VS.name, subscription="billing", kind="durable", mark_delete=P_B, progress=PROGRESS
     )
     sidecar = StateServer([state])
     async with LoneServer(tmp_path, {}) as server:

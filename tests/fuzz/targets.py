@@ -34,7 +34,8 @@ from google.protobuf.message import DecodeError, Message
 
 from sidecar._gen.rsub.v1 import api_pb2, markers_pb2
 from sidecar.api.grpc_server import _AdminService, _BearerTokenAuth, _CursorService
-from sidecar.config import ConfigError, load_config
+from sidecar.config.checks import ConfigError
+from sidecar.config.loading import load_config
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.origin_log import data_entry

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sidecar.config import Config, load_config
+from sidecar.config.loading import load_config
+from sidecar.config.schema import Config
 from sidecar.naming import SOURCE_HEADER
 from sidecar.nats.origin_log import data_entry
 from sidecar.protocol import Marker, decode

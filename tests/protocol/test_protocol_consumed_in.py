@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sidecar.naming import VirtualStream
 from sidecar.protocol import (
     MachineConfig,
     Marker,
@@ -14,6 +15,7 @@ from sidecar.protocol import (
     Output,
     PositionsListing,
     PublishReplicated,
+    StoredMarker,
     StreamMachine,
     SubscriptionInfo,
     Update,
@@ -96,6 +98,31 @@ def test_a_move_of_the_machines_own_is_not_consumption() -> None:
     assert consumed_in(m) == ("a",)
 
 
+def test_consumption_while_a_move_is_under_way_is_consumption() -> None:
+    """A move's outcome reads the durable back beyond its target when its consumers passed
+    data meanwhile: taken as the machine's own, the next read would not see it (two regions
+    consuming at once, each moved at every read by the other's progress, went unreported:
+    the shell simulation's seed 6 of `_both`, tests/dev/test_shell_failback.py)."""
+    m = machine()
+    m.marker_seen(
+        11,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 5}, 5)),
+    )
+    (move,) = [o for o in read(m, 0, 2_000) if isinstance(o, MoveConsumer)]
+    assert move == MoveConsumer("d", 5) and consumed_in(m) == ()
+    m.action_done(move, 5)  # read back at its target: the move alone
+    assert consumed_in(m) == ()
+    m.marker_seen(
+        12,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 6}, 6)),
+    )
+    (move,) = [o for o in read(m, 5, 3_000) if isinstance(o, MoveConsumer)]
+    m.action_done(move, 8)  # read back two data messages beyond it
+    assert consumed_in(m) == ("a",)
+    (update,) = updates(read(m, 8, 4_000))
+    assert update.consuming
+
+
 def test_another_regions_consuming_update_makes_it_consuming_until_the_window_ends() -> None:
     m = machine()
     body = Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 2}, 2, consuming=True)
@@ -153,3 +180,22 @@ def test_a_new_leaders_first_read_is_its_baseline_and_followers_tell_nothing() -
     assert consumed_in(m) == ()
     read(m, 9, 4_000)
     assert consumed_in(m) == ("a",)
+
+
+def test_a_replayed_sign_is_not_news() -> None:
+    """A machine rebuilt from the read stream (a restarted sidecar) replays every update
+    stored there, those saying a region consumed long ago included: a marker carries no
+    time, so the replay counts none, and the region counts again from an update read live
+    (the shell simulation's seed 0 of `_back`, tests/dev/test_shell_failback.py)."""
+    body = Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"b": 2}, 2, consuming=True)
+    stored = StoredMarker(
+        11,
+        VirtualStream(STREAM, ("a", "b")).marker_subject("b"),
+        encode(Marker("b", STREAM, 1, body)),
+    )
+    config = MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS)
+    m, read_markers = StreamMachine.restore(config, [stored], SUBS, {"d": 0}, 13, 50_000)
+    assert len(read_markers) == 1
+    assert consumed_in(m) == ()
+    m.marker_seen(14, Marker("b", STREAM, 1, body))
+    assert consumed_in(m) == ("b",)

@@ -176,6 +176,37 @@ def test_the_hold_ends_once_every_region_answered_and_the_move_it_asked_for_is_d
     assert a.held == 0
 
 
+def test_a_region_still_consuming_does_not_keep_the_hold() -> None:
+    """Once every region answered, the durable must reach what the progress then calls for,
+    not what later updates call for: b consuming on (an application left running there)
+    would otherwise ask for a move at every read, and no read would find none in flight
+    (the shell simulation's seed 2 of `_back`, tests/dev/test_shell_failback.py)."""
+    b = machine("b")
+    (update,) = published(lead(b, 10, {"a": 100}))
+    a = machine("a")
+    lead(a, 0, SILENT)
+    request = catch_up_request(a.interval(1_600, 12))
+    b.marker_seen(13, request)
+    b.interval(1_700, 13)
+    (response,) = published(b.read_done(listing(b, 10, {"a": 100})))
+    a.marker_seen(14, update)
+    a.marker_seen(15, response)
+    a.interval(1_800, 15)
+    assert MoveConsumer("d", 10) in a.read_done(listing(a, 0, {"b": 50}))
+    # b consumed two more, and says so before the move is done.
+    a.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 13)])
+    later = Update("d", SubscriptionKind.DURABLE, None, 0, {}, b"cfg-d", {"b": 12}, 12)
+    a.marker_seen(16, Marker("b", STREAM, 1, later))
+    a.action_done(MoveConsumer("d", 10), 10)
+    a.interval(1_900, 16)
+    out = a.read_done(listing(a, 10, {"b": 50}))
+    assert ReleaseConsumer("d") in out and a.held == 0
+    assert not [o for o in out if isinstance(o, MoveConsumer)]
+    # Released, it follows b's progress again (a move under its own pause).
+    a.interval(2_000, 16)
+    assert MoveConsumer("d", 12) in a.read_done(listing(a, 10, {"b": 50}))
+
+
 def test_with_three_regions_every_other_region_must_answer() -> None:
     regions = ("a", "b", "c")
     a = machine("a", regions)

@@ -14,7 +14,8 @@ import structlog
 from nats.errors import AuthorizationError
 
 from rsub_dev.ports import refusing_socket
-from sidecar.config import NatsConfig, NatsTlsConfig, Secret
+from sidecar.config.nats import NatsConfig, NatsTlsConfig
+from sidecar.config.secrets import Secret
 from sidecar.nats.connection import (
     NatsConnection,
     NatsRefused,
@@ -238,14 +239,17 @@ def test_refusal_recognises_credential_and_certificate_errors_only() -> None:
         assert refusal(transient) is None, transient
 
 
-def test_auth_method_names_the_method_never_the_secret() -> None:
+def test_auth_method_names_the_method_never_the_secret(tmp_path: Path) -> None:
     servers = ("nats://a:4222",)
     by_user = auth_method(NatsConfig(servers=servers, user="app", password=Secret("pw-42")))
     assert by_user == "user/password for user 'app'"
     assert auth_method(NatsConfig(servers=servers, token=Secret("tok-42"))) == "token"
-    tls = NatsTlsConfig(ca_file=Path("/etc/ca.pem"), cert_file=Path("/etc/me.pem"))
+    ca, cert, key = (tmp_path / name for name in ("ca.pem", "me.pem", "me.key"))
+    for path in (ca, cert, key):
+        path.write_text("-----BEGIN-----\n")
+    tls = NatsTlsConfig(ca_file=ca, cert_file=cert, key_file=key)
     described = auth_method(NatsConfig(servers=servers, tls=tls))
-    assert described == "no credentials, TLS with CA file '/etc/ca.pem', client cert '/etc/me.pem'"
+    assert described == f"no credentials, TLS with CA file '{ca}', client cert '{cert}'"
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, durable_config, sidecar_settings, wait_until
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats import jsapi
 from sidecar.nats.topology import apply_topology
@@ -37,7 +38,7 @@ class DiscoverySidecars(RegionSidecars):
     def config(self, region: str) -> Config:
         settings = sidecar_settings(self.cluster, region, streams=(), interval_ms=self.interval_ms)
         settings["discovery"] = DISCOVERY
-        return Config.from_mapping(settings)
+        return config_from_mapping(settings)
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -179,7 +180,7 @@ async def test_a_failed_listing_drops_nothing(tmp_path: Path) -> None:
         "grpc": {"listen": "127.0.0.1:0"},
         "http": {"listen": "127.0.0.1:0"},
     }
-    runtime = Runtime(Config.from_mapping(settings))
+    runtime = Runtime(config_from_mapping(settings))
     try:
         nc = await nats.connect(server.url)
         try:

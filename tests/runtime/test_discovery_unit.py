@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import Config
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import name_in_stream, region_in_stream
 from sidecar.runtime.discovery import found_streams
 
 
 def config(discovery: dict[str, Any], streams: list[dict[str, Any]] | None = None) -> Config:
-    return Config.from_mapping(
+    return config_from_mapping(
         {
             "region": "west",
             "regions": ["west", "east"],

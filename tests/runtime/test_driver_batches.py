@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from sidecar.config import NatsConfig
+from sidecar.config.nats import NatsConfig
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config import NatsConfig
+from sidecar.config.nats import NatsConfig
 from sidecar.nats.connection import NatsConnection
 from sidecar.runtime.handles import RegionHandles
 from sidecar.runtime.intervals import IntervalLoop

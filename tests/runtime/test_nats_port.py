@@ -15,7 +15,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError
 
-from sidecar.config import NatsConfig
+from sidecar.config.nats import NatsConfig
 from sidecar.nats import jsapi
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.nats_port import NatsPort

@@ -17,7 +17,7 @@ import structlog
 from nats.js import JetStreamContext, api
 
 from rsub_dev.sidecars import wait_until
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
 from sidecar.naming import VirtualStream
 from sidecar.nats import stream_reader
 from sidecar.nats.origin_log import data_entry, replay_origins, tail_origins
@@ -166,7 +166,7 @@ def test_headers_without_a_usable_origin() -> None:
 
 @contextlib.asynccontextmanager
 async def sidecar(server: ServerProcess, vs: VirtualStream) -> AsyncIterator[Runtime]:
-    config = Config.from_mapping(
+    config = config_from_mapping(
         {
             "region": "west",
             "regions": list(vs.regions),

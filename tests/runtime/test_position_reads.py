@@ -21,7 +21,8 @@ from nats.js.errors import NotFoundError
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import READY_TIMEOUT_S, sidecar_settings, wait_until
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats import signals
 from sidecar.runtime import Runtime
@@ -40,7 +41,7 @@ VS = VirtualStream(STREAM, ("west", "east"))
 def config(cluster: LocalSuperCluster, region: str, sweep_intervals: int) -> Config:
     settings = sidecar_settings(cluster, region, streams=[STREAM], interval_ms=INTERVAL_MS)
     settings["snapshot"]["sweep_intervals"] = sweep_intervals
-    return Config.from_mapping(settings)
+    return config_from_mapping(settings)
 
 
 @contextlib.asynccontextmanager

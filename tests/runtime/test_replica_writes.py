@@ -23,10 +23,10 @@ from rsub_dev.ports import HOST
 from rsub_dev.proxy import LinkProxy
 from rsub_dev.sidecars import RegionSidecars, durable_config, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.client import SidecarClient
 from sidecar.api.service import Service
 from sidecar.naming import VirtualStream
 from sidecar.runtime.errors import NotFound
-from spark_jobs.rsub_spark.cursor import SidecarClient
 
 pytestmark = pytest.mark.integration
 

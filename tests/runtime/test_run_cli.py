@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rsub_dev.cluster import LocalSuperCluster
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
 from sidecar.nats.connection import NatsRefused
 from sidecar.runtime import Runtime
 from tests.support.rsub_process import run_rsub, stop_once_ready, write_sidecar_config
@@ -99,7 +99,7 @@ async def test_runtime_reports_a_refused_password_instead_of_getting_ready(
     tmp_path: Path,
 ) -> None:
     server = password_server(tmp_path)
-    config = Config.from_mapping(
+    config = config_from_mapping(
         {
             "region": "west",
             "regions": ["west", "east"],

@@ -16,7 +16,8 @@ from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, sidecar_settings, wait_until
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import Config
 from sidecar.naming import VirtualStream
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ class PatternSidecars(RegionSidecars):
         settings["streams"] = [
             {"name": VS.name, "write_stream": VS.write_pattern, "read_stream": VS.read_pattern}
         ]
-        return Config.from_mapping(settings)
+        return config_from_mapping(settings)
 
 
 async def test_a_durable_is_replicated_between_custom_named_streams(

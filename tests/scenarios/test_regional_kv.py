@@ -15,7 +15,7 @@ import pytest
 
 from rsub_dev.cluster import ClusterFactory
 from rsub_dev.sidecars import READY_TIMEOUT_S, sidecar_settings, wait_until
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
 from sidecar.runtime import Runtime
 from sidecar.runtime.errors import Unavailable
 
@@ -31,7 +31,7 @@ async def test_the_sidecar_leads_and_commits_cursors_while_the_buckets_leader_is
     cluster = await make_cluster(["west"], servers_per_region=3)
     settings = sidecar_settings(cluster, "west", streams=[STREAM], lease_ttl_s=TTL_S)
     settings["streams"] = [{"name": STREAM, "replicas": 3}]
-    runtime = Runtime(Config.from_mapping(settings))
+    runtime = Runtime(config_from_mapping(settings))
     nc = await nats.connect(cluster.servers("west"))
     try:
         await runtime.start()

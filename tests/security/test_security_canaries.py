@@ -38,8 +38,8 @@ from rsub_dev.ports import HOST, free_ports, refusing_socket
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.client import call_metadata
 from sidecar.api.service import Service
-from sidecar.config import Config
-from spark_jobs.rsub_spark.cursor import SidecarClient
+from sidecar.config.loading import config_from_mapping
+from spark_jobs.rsub_spark.cursor import sidecar_client
 from spark_jobs.rsub_spark.nats_read import NatsSession, stream_bounds
 from spark_jobs.rsub_spark.options import parse_options
 from tests.support.nats_jwt import operator_setup, write_creds
@@ -465,16 +465,17 @@ async def test_run_refusing_a_bad_configuration(tmp_path: Path, secrets: Secrets
 
 async def test_topology_apply_unreachable_and_refused(tmp_path: Path, secrets: Secrets) -> None:
     """`rsub topology apply --dry-run` with secrets in URLs, flags and variables, against
-    nothing listening and against a server refusing them: exit 1, saying why."""
+    nothing listening and against a server refusing them: exit 1, saying why (a URL without
+    a scheme is refused before connecting, as the sidecar's configuration refuses it: exit 2)."""
     server = started_server(tmp_path / "nats", users("svc", "the-right-one"))
     closed = refusing_socket()
     nowhere = f"{HOST}:{closed.getsockname()[1]}"
     pw = secrets.password
     cases: list[tuple[str, list[str], dict[str, str], str]] = [
         ("url", ["--servers", f"nats://u:{pw}@{nowhere}"], {}, "cannot reach NATS"),
-        ("bare url", ["--servers", f"u:{pw}@{nowhere}"], {}, "cannot reach NATS"),
-        ("env", ["--servers", nowhere, "--user", "u"], {"NATS_PASSWORD": pw}, "cannot reach"),
-        ("token", ["--servers", nowhere], {"NATS_TOKEN": secrets.nats_token}, "cannot reach"),
+        ("bare url", ["--servers", f"u:{pw}@{nowhere}"], {}, "invalid server URL"),
+        ("env", ["--servers", f"nats://{nowhere}", "--user", "u"], {"NATS_PASSWORD": pw}, "reach"),
+        ("token", ["--servers", f"nats://{nowhere}"], {"NATS_TOKEN": secrets.nats_token}, "reach"),
         ("url", ["--servers", f"nats://svc:{pw}@{HOST}:{server.port}"], {}, "refused"),
         ("env", ["--servers", server.url, "--user", "svc"], {"NATS_PASSWORD": pw}, "refused"),
         ("flag", ["--servers", server.url, "--user", "svc", "--password", pw], {}, "refused"),
@@ -493,7 +494,7 @@ async def test_topology_apply_unreachable_and_refused(tmp_path: Path, secrets: S
     for (name, _, _, says), (code, out, err) in zip(cases, results, strict=True):
         transcript.add(f"{name} {says} stdout", out)
         transcript.add(f"{name} {says} stderr", err)
-        assert code == 1 and says in err, (name, err)
+        assert code == (2 if name == "bare url" else 1) and says in err, (name, err)
     transcript.assert_no_secret(secrets.all())
 
 
@@ -511,7 +512,7 @@ async def test_spark_source_clients(
     closed = refusing_socket()
     nowhere = f"{HOST}:{closed.getsockname()[1]}"
     sidecar = Service(
-        Config.from_mapping(
+        config_from_mapping(
             {
                 "region": "west",
                 "regions": ["west", "east"],
@@ -546,14 +547,14 @@ async def test_spark_source_clients(
             session.close()
 
     def ask_sidecar(opts: Any) -> None:
-        client = SidecarClient.for_options(opts)
+        client = sidecar_client(opts)
         try:
             client.subscription(opts.stream, "billing")
         finally:
             client.close()
 
     def commit(opts: Any) -> None:
-        client = SidecarClient.for_options(opts)
+        client = sidecar_client(opts)
         try:
             client.commit_with_retries(opts.stream, "billing", 7, attempts=2, backoff_s=0.05)
         finally:
@@ -570,32 +571,37 @@ async def test_spark_source_clients(
                 "url, nothing",
                 read_bounds,
                 options(f"nats://spark:{secrets.password}@{nowhere}", at),
-                "cannot connect",
+                "cannot reach NATS",
             ),
             (
                 "user, nothing",
                 read_bounds,
                 options(f"nats://{nowhere}", at, **wrong),
-                "cannot connect",
+                "cannot reach NATS",
             ),
             (
                 "token, nothing",
                 read_bounds,
                 options(f"nats://{nowhere}", at, token=secrets.nats_token),
-                "cannot connect",
+                "cannot reach NATS",
             ),
             (
                 "url, refused",
                 read_bounds,
                 options(f"nats://spark:{secrets.wrong_password}@{HOST}:{server.port}", at),
-                "Authorization",
+                "NATS refused the connection",
             ),
-            ("user, refused", read_bounds, options(server.url, at, **wrong), "Authorization"),
+            (
+                "user, refused",
+                read_bounds,
+                options(server.url, at, **wrong),
+                "NATS refused the connection",
+            ),
             (
                 "token, refused",
                 read_bounds,
                 options(server.url, at, token=secrets.nats_token),
-                "Authorization",
+                "NATS refused the connection",
             ),
             ("url, no stream", read_bounds, options(right_url, at), "not found"),
             ("sidecar nothing", ask_sidecar, options(server.url, nowhere), "unreachable"),

@@ -16,7 +16,8 @@ from nats.js.errors import NotFoundError
 from rsub_dev.cluster import LocalSuperCluster, find_nats_server
 from rsub_dev.ports import HOST, free_ports
 from rsub_dev.sidecars import RegionSidecars, sidecar_settings, wait_until
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import Config
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
 from tests.security.test_security_permissions import consume, violations
@@ -75,7 +76,7 @@ class RestrictedDiscoverySidecars(RegionSidecars):
             credentials=self.credentials.get(region),
         )
         settings["discovery"] = {"enabled": True, "match": ["orders"], "interval_s": 0.5}
-        return Config.from_mapping(settings)
+        return config_from_mapping(settings)
 
 
 async def test_restricted_discovering_sidecars_replicate_a_durable(

@@ -1,6 +1,6 @@
 """Every NATS authentication mode the configuration offers, against a real nats-server.
 
-Each mode: a server configured for it, a `Config` built with `Config.from_mapping`, a
+Each mode: a server configured for it, a `Config` built with `config_from_mapping`, a
 connection through `sidecar.nats.connection.NatsConnection`, and a JetStream round trip
 (create a stream, publish, read the stream state). Wrong credentials must give a clear,
 one-line warning naming the cause, never a traceback, and never a connection.
@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import structlog
 
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
+from sidecar.config.schema import Config
 from sidecar.nats.connection import NatsConnection
 from tests.support.api_fakes import Certs
 from tests.support.nats_jwt import operator_setup, write_creds
@@ -144,7 +145,7 @@ CASES: dict[str, Callable[[Path, Certs], AuthCase]] = {
 
 
 def sidecar_config(url: str, nats: dict[str, Any]) -> Config:
-    return Config.from_mapping(
+    return config_from_mapping(
         {
             "region": "west",
             "regions": ["west", "east"],

@@ -28,7 +28,7 @@ from nats.js.errors import NotFoundError
 from rsub_dev.cluster import LocalSuperCluster, find_nats_server
 from rsub_dev.ports import HOST, free_ports
 from rsub_dev.sidecars import sidecar_settings, wait_until
-from sidecar.config import Config
+from sidecar.config.loading import config_from_mapping
 from sidecar.runtime import Runtime
 from tests.support.nats_users import (
     ADMIN,
@@ -208,7 +208,7 @@ async def test_a_missing_permission_is_named_at_start(
     lacking = sidecar_user("west").without(missing)
     await restrict(cluster, [lacking])
     settings = sidecar_settings(cluster, "west", streams=[STREAM], credentials=credentials(lacking))
-    sidecar = Runtime(Config.from_mapping(settings))
+    sidecar = Runtime(config_from_mapping(settings))
     with structlog.testing.capture_logs() as events:
         await sidecar.start()
         try:

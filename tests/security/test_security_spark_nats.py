@@ -63,13 +63,24 @@ async def test_reads_over_tls_with_user_and_password(tmp_path: Path, certs: Cert
         assert _PASSWORD not in str(err)
 
 
-async def test_an_unreadable_ca_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(RsubReadError, match="tlsCa"):
-        await connect(_options("tls://127.0.0.1:1", tmp_path / "missing-ca.pem"))
+def test_a_missing_ca_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(RsubOptionError, match="option tlsCa: file not found"):
+        _options("tls://127.0.0.1:1", tmp_path / "missing-ca.pem")
+
+
+async def test_a_ca_file_that_is_no_certificate_is_named(tmp_path: Path) -> None:
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("not a certificate")
+    with pytest.raises(RsubReadError, match="options tlsCa/tlsCert/tlsKey: cannot use the TLS"):
+        await connect(_options("tls://127.0.0.1:1", garbage))
 
 
 def test_client_cert_and_key_go_together(tmp_path: Path) -> None:
-    with pytest.raises(RsubOptionError, match="tlsCert and tlsKey"):
+    cert = tmp_path / "c.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    with pytest.raises(
+        RsubOptionError, match="option tlsKey: cert_file and key_file must be set together"
+    ):
         parse_options(
-            {"servers": "tls://h:4222", "stream": "orders", "region": "west", "tlsCert": "c.pem"}
+            {"servers": "tls://h:4222", "stream": "orders", "region": "west", "tlsCert": str(cert)}
         )

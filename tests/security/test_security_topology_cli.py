@@ -81,4 +81,4 @@ async def test_incomplete_credentials_are_refused_before_connecting(tmp_path: Pa
     # No server is needed: the flags alone are wrong.
     code, _, err = await rsub_topology_apply("nats://127.0.0.1:1", "--user", "ops")
     assert code == 2
-    assert "--user needs --password or $NATS_PASSWORD" in err
+    assert "--password (or $NATS_PASSWORD): user and password must be set together" in err

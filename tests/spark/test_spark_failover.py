@@ -59,7 +59,8 @@ async def covered_in(
         while True:
             mark = 0
             with contextlib.suppress(SidecarError):
-                mark, _ = await asyncio.to_thread(client.subscription, STREAM, "billing")
+                view = await asyncio.to_thread(client.subscription, STREAM, "billing")
+                mark = view.mark_delete
             covered = 0
             if mark:
                 info = await js.stream_info(

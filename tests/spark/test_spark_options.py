@@ -21,7 +21,7 @@ BASE = {"servers": "nats://a:4222, nats://b:4222", "stream": "orders", "region":
 
 def test_defaults_and_read_stream_name() -> None:
     opts = parse_options(BASE)
-    assert opts.servers == ("nats://a:4222", "nats://b:4222")
+    assert opts.nats.servers == ("nats://a:4222", "nats://b:4222")
     assert opts.read_stream == "orders-read-west"
     assert opts.data_filter == "orders.>"
     assert opts.starting is None
@@ -69,9 +69,12 @@ def test_option_names_are_case_insensitive_like_spark() -> None:
         ({"includeHeaders": "maybe"}, "option includeHeaders"),
         ({"stream": "or.ders"}, "option stream"),
         ({"region": "we st"}, "option region"),
-        ({"token": "t", "user": "u"}, "exclude each other"),
-        ({"user": "u"}, "options user and password go together"),
-        ({"password": "p"}, "options user and password go together"),
+        (
+            {"token": "t", "user": "u", "password": "p"},
+            "option token: choose one authentication method, got user/password and token",
+        ),
+        ({"user": "u"}, "option password: user and password must be set together"),
+        ({"password": "p"}, "option user: user and password must be set together"),
     ],
 )
 def test_bad_options_are_named(extra: dict[str, str], needle: str) -> None:
@@ -165,10 +168,10 @@ def test_credentials_never_show_in_the_options_repr() -> None:
     opts = parse_options({**BASE, "user": "svc", **secrets})
     shown = repr(opts) + str(opts)
     assert not any(secret in shown for secret in secrets.values())
-    assert opts.password is not None and opts.password.reveal() == "pw-s3cret-1"
+    assert opts.nats.password is not None and opts.nats.password.reveal() == "pw-s3cret-1"
     token_only = parse_options({**BASE, "token": "nats-tok-s3cret-3"})
     assert "nats-tok-s3cret-3" not in repr(token_only)
     in_url = parse_options({**BASE, "servers": "nats://svc:url-s3cret-4@h:4222"})
-    assert in_url.servers == ("nats://svc:url-s3cret-4@h:4222",)
+    assert in_url.nats.servers == ("nats://svc:url-s3cret-4@h:4222",)
     assert "url-s3cret-4" not in repr(in_url) + str(in_url)
     assert "servers=('nats://***@h:4222',)" in repr(in_url)

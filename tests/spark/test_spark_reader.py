@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import pickle
@@ -12,6 +13,7 @@ from typing import Any
 import nats
 import pyarrow as pa
 import pytest
+from nats.js.api import StreamConfig, StreamSource
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from rsub_dev.ports import free_ports
@@ -258,7 +260,7 @@ def test_unknown_stream_and_unreachable_servers_are_named(orders_layout: Layout)
     ):
         stream_reader(orders_layout, region="north").initialOffset()
     dead = f"nats://127.0.0.1:{free_ports(1)[0]}"
-    with pytest.raises(RsubReadError, match=f"cannot connect to NATS servers {dead}"):
+    with pytest.raises(RsubReadError, match=f"cannot reach NATS at {dead}"):
         read_rows({**orders_layout.options(), "servers": dead}, 0, 10)
     with pytest.raises(RsubOptionError, match="unknown option 'startingoffset'"):
         RsubDataSource({**orders_layout.options(), "startingoffset": "earliest"}).schema()
@@ -356,7 +358,11 @@ def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_of
         above = [r["origin_sequence"] for r in every if r["origin_region"] == region]
         progress[region] = above[len(above) // 2]
     state = api_pb2.GetSubscriptionResponse(
-        stream=name, subscription="billing", mark_delete=position, progress=progress
+        stream=name,
+        subscription="billing",
+        kind="external",
+        mark_delete=position,
+        progress=progress,
     )
     sidecar = StateServer([state])
     options = orders_layout.options(subscription="billing", sidecar=sidecar.address)
@@ -395,3 +401,53 @@ def test_empty_partition_of_a_batch_read_yields_nothing(orders_layout: Layout) -
     # A range past the stream's end means the stream was replaced: sequences would not match.
     with pytest.raises(RsubDataLossError, match="ends at sequence"):
         list(reader.read(SequenceRange(10_000, 10_010, {})))
+
+
+def test_rows_of_a_stream_no_region_writes_arrive_without_origin(nats_server: NatsServer) -> None:
+    """The read stream also sources a stream that is no region's write stream: its rows arrive
+    with empty origin columns, from the start and from a subscription whose vector covers
+    every row of the regions (issue 20: a source dropping such rows lost data in every query)."""
+    name = "ordersf"
+    legacy = [f"legacy-{i}".encode() for i in range(10)]
+
+    async def build() -> tuple[int, VirtualStream]:
+        nc = await nats.connect(nats_server.url)
+        try:
+            vstream = await create_layout(nc, name)
+            js = nc.jetstream()
+            await js.add_stream(StreamConfig(name=f"{name}-legacy", subjects=[f"{name}.legacy.>"]))
+            read = (await js.stream_info(vstream.read_stream("west"))).config
+            sources = [*(read.sources or []), StreamSource(f"{name}-legacy")]
+            await js.update_stream(dataclasses.replace(read, sources=sources))
+            published = await publish_orders(nc, vstream, 20, markers=False)
+            for i, data in enumerate(legacy):
+                await js.publish(f"{name}.legacy.k{i}", data)
+            return await wait_sourced(nc, vstream, len(published) + len(legacy)), vstream
+        finally:
+            await nc.close()
+
+    last, vstream = asyncio.run(build())
+    options = {"servers": nats_server.url, "stream": name, "region": "west"}
+    rows = read_rows(options, 0, last)
+    assert len(rows) == 30
+    unknown = [r for r in rows if r["origin_region"] is None]
+    assert sorted(r["data"] for r in unknown) == sorted(legacy)
+    assert all(r["origin_sequence"] is None for r in unknown)
+    assert all(r["subject"].startswith(f"{name}.legacy.") for r in unknown)
+
+    # Every region's row is covered: a subscription start keeps exactly the unknown ones.
+    state = api_pb2.GetSubscriptionResponse(
+        stream=name,
+        subscription="billing",
+        kind="external",
+        mark_delete=0,
+        progress={region: 1_000 for region in vstream.regions},
+    )
+    sidecar = StateServer([state])
+    try:
+        source = RsubDataSource({**options, "subscription": "billing", "sidecar": sidecar.address})
+        reader = source.reader(source.schema())
+        kept = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    finally:
+        sidecar.stop()
+    assert kept == unknown

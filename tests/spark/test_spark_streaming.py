@@ -196,7 +196,7 @@ def test_subscription_start_drops_covered_rows_also_after_a_restart(
     # West 1..25 and east 1..8 were consumed elsewhere; west 21..25 reach this region later.
     progress = {"west": 25, "east": 8}
     state = api_pb2.GetSubscriptionResponse(
-        stream="exact", subscription="billing", progress=progress
+        stream="exact", subscription="billing", kind="external", progress=progress
     )
     sidecar = StateServer([state])
     options = options_of(layout, subscription="billing", sidecar=sidecar.address)

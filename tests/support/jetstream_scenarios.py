@@ -35,6 +35,7 @@ from rsub_dev.simjs import (
     SequencePair,
     SimJetStream,
     SourceConfig,
+    SourceInfo,
     StoredMessage,
     StreamConfig,
     StreamInfo,
@@ -377,7 +378,14 @@ def _stream_info(reply: Mapping[str, Any]) -> StreamInfo:
             int(state["last_seq"]),
             int(state.get("consumer_count", 0)),
         ),
+        tuple(_source_info(s) for s in reply.get("sources") or ()),
     )
+
+
+def _source_info(source: Mapping[str, Any]) -> SourceInfo:
+    """`active` in ns, -1 when the stream has not heard from the source (None)."""
+    active = int(source.get("active", -1))
+    return SourceInfo(str(source["name"]), None if active < 0 else active // _NS_PER_MS)
 
 
 def _consumer_json(config: ConsumerConfig) -> dict[str, Any]:

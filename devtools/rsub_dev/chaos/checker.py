@@ -111,7 +111,7 @@ def failover_counts(history: History) -> list[FailoverCount]:
         rewound = sorted({d.payload for d in again if d.read_seq <= view.mark_delete})
         uncovered = {p for p in payloads if not covered(first[p].origin, view.progress)}
         covered_again = len(payloads) - len(uncovered)
-        beyond = max(0, covered_again - max(view.exposure, 0))
+        beyond = max(0, covered_again - max(view.exposure or 0, 0))
         counts.append(FailoverCount(f, len(payloads), rewound, len(uncovered), beyond))
     return counts
 

@@ -35,8 +35,8 @@ class View:
 
     mark_delete: int
     progress: dict[str, int]
-    exposure: int
-    """`failover_exposure`; -1 when no progress came."""
+    exposure: int | None
+    """`failover_exposure`; None when no progress came."""
 
 
 @dataclass(frozen=True)

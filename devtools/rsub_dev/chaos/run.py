@@ -20,9 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import grpc
 import nats
 import structlog
 from nats.aio.client import Client
@@ -47,8 +46,7 @@ from rsub_dev.chaos.plan import LEASE_TTL_S, SNAPSHOT_WAIT_S, DurablePlan, Event
 from rsub_dev.cluster import ClusterError, LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, read_stored, sidecar_settings
 from rsub_dev.workload import Producer
-from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
-from sidecar.api.client import TlsOptionNames, open_channel
+from sidecar.api.client import SidecarClient, SidecarError
 from sidecar.exact import covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.connection import connect_options
@@ -65,7 +63,7 @@ _SOURCES_S = 180.0
 _SNAPSHOT_S = 90.0
 _DRAIN_S = 150.0
 _RESTART_ATTEMPTS = 3
-_NO_TLS = TlsOptionNames("ca", "cert", "key")
+_Reply = TypeVar("_Reply")
 
 
 @dataclass(frozen=True)
@@ -358,16 +356,9 @@ class Run:
     async def commit(self, name: str, region: str, seq: int) -> int | None:
         """CommitCursor in `region`; the cursor after it (None: the sidecar did not answer)."""
         started = self.now()
-        answer = await self._grpc(
-            region,
-            lambda cursor, _: cursor.CommitCursor(
-                api_pb2.CommitCursorRequest(stream=STREAM, subscription=name, sequence=seq),
-                timeout=_CALL_TIMEOUT_S,
-            ),
-        )
-        if answer is None:
+        mark_delete = await self._grpc(region, lambda client: client.commit(STREAM, name, seq))
+        if mark_delete is None:
             return None
-        mark_delete = int(answer.mark_delete)
         self.history.positions.append(
             Position(name, region, started, self.now(), mark_delete, "cursor")
         )
@@ -452,62 +443,35 @@ class Run:
                         Position(name, region, started, self.now(), floor, "consumer")
                     )
 
-    def _stub(self, region: str) -> tuple[grpc.Channel, Any, Any] | None:
+    async def _grpc(self, region: str, call: Callable[[SidecarClient], _Reply]) -> _Reply | None:
+        """`call` on `region`'s sidecar; None when it is down, frozen or did not answer."""
         proc = self.sidecars.get(region)
         if proc is None or not proc.running or region in self.frozen:
             return None
-        channel = open_channel(f"127.0.0.1:{proc.grpc_port}", _NO_TLS)
-        return (
-            channel,
-            api_pb2_grpc.CursorServiceStub(channel),
-            api_pb2_grpc.AdminServiceStub(channel),
-        )
 
-    async def _grpc(self, region: str, call: Callable[[Any, Any], Any]) -> Any:
-        stubs = self._stub(region)
-        if stubs is None:
-            return None
-        channel, cursor, admin = stubs
-
-        def blocking() -> Any:
-            try:
-                return call(cursor, admin)
-            except grpc.RpcError:
-                return None
-            finally:
-                channel.close()
+        def blocking() -> _Reply | None:
+            address = f"127.0.0.1:{proc.grpc_port}"
+            with SidecarClient(address, timeout_s=_CALL_TIMEOUT_S) as client:
+                try:
+                    return call(client)
+                except SidecarError:
+                    return None
 
         return await asyncio.to_thread(blocking)
 
     async def view(self, region: str, name: str) -> View | None:
-        state = await self._grpc(
-            region,
-            lambda cursor, _: cursor.GetSubscription(
-                api_pb2.GetSubscriptionRequest(stream=STREAM, subscription=name),
-                timeout=_CALL_TIMEOUT_S,
-            ),
-        )
+        state = await self._grpc(region, lambda client: client.subscription(STREAM, name))
         if state is None:
             return None
         return View(state.mark_delete, dict(state.progress), state.failover_exposure)
 
     async def snapshot_pending(self, region: str) -> bool:
-        status = await self._grpc(
-            region,
-            lambda _, admin: admin.Status(api_pb2.StatusRequest(), timeout=_CALL_TIMEOUT_S),
-        )
+        status = await self._grpc(region, lambda client: client.status())
         return status is not None and any(s.snapshot_pending for s in status.streams)
 
     async def newest_snapshot_ms(self, region: str) -> int:
-        answer = await self._grpc(
-            region,
-            lambda cursor, _: cursor.ListSnapshots(
-                api_pb2.ListSnapshotsRequest(stream=STREAM), timeout=_CALL_TIMEOUT_S
-            ),
-        )
-        if answer is None:
-            return 0
-        return max((s.completed_unix_ms for s in answer.snapshots), default=0)
+        snapshots = await self._grpc(region, lambda client: client.snapshots(STREAM))
+        return max((s.completed_unix_ms for s in snapshots or ()), default=0)
 
     # ----- nemesis -------------------------------------------------------------------------
 

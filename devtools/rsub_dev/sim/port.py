@@ -28,6 +28,7 @@ from rsub_dev.simjs import (
     StreamInfo,
     SubjectTransform,
 )
+from rsub_dev.simjs.clock import rfc3339_nano
 from rsub_dev.simjs.errors import CONSUMER_ALREADY_EXISTS, api_error
 from sidecar.nats.port import ApiJson, Listener, Published, StoredMessage
 from sidecar.nats.topology import subject_within
@@ -346,8 +347,16 @@ def _stream_info_json(info: StreamInfo) -> ApiJson:
             "consumer_count": state.consumer_count,
         },
     }
+    if info.sources:
+        # `active`: nanoseconds since it last heard from the source, -1 when not once.
+        reply["sources"] = [
+            {"name": s.name, "active": -1 if s.active_ms is None else s.active_ms * 1_000_000}
+            for s in info.sources
+        ]
     if config.placement is not None:
         reply["cluster"] = {"name": config.placement}
+        if info.leader_since_ms is not None:
+            reply["cluster"]["leader_since"] = rfc3339_nano(info.leader_since_ms * 1_000_000)
     return reply
 
 

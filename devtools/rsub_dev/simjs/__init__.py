@@ -34,6 +34,7 @@ from rsub_dev.simjs.message import StoredMessage
 from rsub_dev.simjs.stream import (
     PubAck,
     SourceConfig,
+    SourceInfo,
     StreamConfig,
     StreamInfo,
     StreamState,
@@ -58,6 +59,7 @@ __all__ = [
     "SimJSError",
     "SimJetStream",
     "SourceConfig",
+    "SourceInfo",
     "StoredMessage",
     "StreamConfig",
     "StreamInfo",

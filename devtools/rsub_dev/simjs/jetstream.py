@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 from rsub_dev.simjs.clock import Clock
@@ -33,7 +34,7 @@ from rsub_dev.simjs.faults import Fault, Faults, Op
 from rsub_dev.simjs.kv import KeyValue, bucket_config, bucket_stream
 from rsub_dev.simjs.message import StoredMessage
 from rsub_dev.simjs.sourcing import Link
-from rsub_dev.simjs.stream import PubAck, Stream, StreamConfig, StreamInfo
+from rsub_dev.simjs.stream import PubAck, SourceInfo, Stream, StreamConfig, StreamInfo
 from sidecar.nats.topology import subjects_overlap
 
 T = TypeVar("T")
@@ -51,9 +52,13 @@ class SimJetStream:
         self._cut: set[str | None] = set()
         self._settled_ms = clock.now_ms()
         self._created = 0  # streams created so far (in their creation times' nanoseconds)
+        self._leader_since: dict[str, int] = {}  # per stream, when its leader was elected
         self.on_sourced: Callable[[Link, StoredMessage, PubAck], None] | None = None
         """Told of every message a link carries: the origin's, and where the target stored it
         (or the stored copy it was dropped for, `duplicate`)."""
+        self.on_paused: Callable[[str, str, int | None], None] | None = None
+        """Told of every `CONSUMER.PAUSE` that takes effect: stream, consumer, until when
+        (None: resumed)."""
 
     @property
     def now_ms(self) -> int:
@@ -129,13 +134,44 @@ class SimJetStream:
         """Cut `cluster` from every other one (or heal it): sourcing across stops."""
         self._rewire(lambda: (self._cut.add if cut else self._cut.discard)(cluster))
 
+    def restart(self, cluster: str, reconnect_ms: Mapping[str, int]) -> None:
+        """The servers of `cluster` come back (after a loss: `partition` healed) with what
+        they stored: its streams elect new leaders (`leader_since`), and each link between
+        it and a cluster `c` (itself included: its streams' sources of its own streams)
+        carries nothing for `reconnect_ms[c]` (0 when not named); meanwhile its streams have
+        not heard from those sources (`active` of -1)."""
+        self.partition(cluster, cut=False)
+        now = self._settled_ms
+        for name, stream in self._streams.items():
+            if stream.config.placement == cluster:
+                self._leader_since[name] = now
+        for link in self._links:
+            origin = self._streams.get(link.origin)
+            here = self._streams[link.target].config.placement
+            there = origin.config.placement if origin is not None else None
+            if cluster not in (here, there):
+                continue
+            other = there if here == cluster else here
+            link.open_since_ms = max(link.open_since_ms, now + reconnect_ms.get(other or "", 0))
+            if here == cluster:
+                link.heard_ms = None
+
     def _rewire(self, change: Callable[[], object]) -> None:
         self.settle()
-        was = {id(link): self._blocked(link) for link in self._links}
+        now = self._settled_ms
+        was = {id(link): (self._blocked(link), self._active(link)) for link in self._links}
         change()
         for link in self._links:
-            if was[id(link)] and not self._blocked(link):
-                link.open_since_ms = self._settled_ms
+            blocked, active = was[id(link)]
+            if blocked and not self._blocked(link):
+                link.open_since_ms = max(link.open_since_ms, now)
+            elif not blocked and self._blocked(link):
+                link.heard_ms = None if active is None else now - active
+
+    def _active(self, link: Link) -> int | None:
+        """Nothing is heard from an origin that does not exist (-1 on a real server)."""
+        blocked = self._blocked(link) or link.origin not in self._streams
+        return link.active_ms(self._settled_ms, blocked)
 
     def _blocked(self, link: Link) -> bool:
         if link.stalled:
@@ -195,7 +231,7 @@ class SimJetStream:
                         STREAM_NAME_EXISTS,
                         "stream name already in use with a different configuration",
                     )
-                return existing.info()
+                return self._info(existing)
             for other in self._streams.values():
                 if any(
                     subjects_overlap(a, b) for a in config.subjects for b in other.config.subjects
@@ -206,9 +242,10 @@ class SimJetStream:
             self._created += 1
             stream = Stream(config, self._settled_ms * 1_000_000 + self._created % 1_000_000)
             self._streams[config.name] = stream
+            self._leader_since[config.name] = self._settled_ms
             for source in config.sources:
                 self._links.append(Link(config.name, source, open_since_ms=self._settled_ms))
-            return stream.info()
+            return self._info(stream)
 
         return self._call(Op.STREAM_CREATE, config.name, create, cluster=config.placement)
 
@@ -233,7 +270,7 @@ class SimJetStream:
                 if source not in kept:
                     self._links.append(Link(stream.name, source, open_since_ms=self._settled_ms))
             stream.config = config
-            return stream.info()
+            return self._info(stream)
 
         return self._call(Op.STREAM_UPDATE, config.name, update)
 
@@ -262,7 +299,19 @@ class SimJetStream:
         self._call(Op.STREAM_DELETE, name, delete)
 
     def stream_info(self, name: str) -> StreamInfo:
-        return self._call(Op.STREAM_INFO, name, lambda: self._stream(name).info())
+        """Its configuration and state, its sources (when it last heard from each) and when
+        its leader was elected."""
+
+        return self._call(Op.STREAM_INFO, name, lambda: self._info(self._stream(name)))
+
+    def _info(self, stream: Stream) -> StreamInfo:
+        sources = tuple(
+            SourceInfo(link.origin, self._active(link))
+            for link in self._links
+            if link.target == stream.name
+        )
+        leader_since = self._leader_since.get(stream.name)
+        return replace(stream.info(), sources=sources, leader_since_ms=leader_since)
 
     def stream_purge(self, name: str, keep: int | None = None) -> int:
         """Purge `name` (all of it, or all but its last `keep` messages); how many went."""
@@ -349,6 +398,8 @@ class SimJetStream:
 
         def pause(consumer: Consumer) -> ConsumerInfo:
             consumer.pause_until_ms = until_ms
+            if self.on_paused is not None:
+                self.on_paused(stream, name, until_ms)
             return consumer.info(self._settled_ms)
 
         return self._consumer_call(Op.CONSUMER_PAUSE, stream, name, pause)

@@ -7,7 +7,10 @@ arrives at once. It is stored there at its arrival time under the source's subje
 and transforms), with the origin's headers but `Nats-Expected-*` and an older
 `Nats-Stream-Source`, and a `Nats-Stream-Source` of its own; the target's de-duplication
 window applies to its `Nats-Msg-Id`. A message the origin removed (a limit, a purge) before
-the link took it never arrives. Each link starts at the origin's first message.
+the link took it never arrives. Each link starts at the origin's first message. After a
+restart of a cluster's servers (`SimJetStream.restart`) a link across clusters carries
+nothing before it reconnects (`open_since_ms`). The target tells when it last heard from
+the origin (`active_ms`: a message or a heartbeat).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from rsub_dev.simjs.stream import PubAck, SourceConfig, Stream
 from sidecar.naming import SOURCE_HEADER
 
 _EXPECTED_PREFIX = "Nats-Expected-"
+HEARTBEAT_MS = 1_000
+"""A source's idle heartbeat: an open link is heard from at least this often."""
 
 
 @dataclass(slots=True)
@@ -32,6 +37,9 @@ class Link:
     open_since_ms: int = 0
     """When it was last unblocked: nothing arrives over it before."""
     last_arrival_ms: int = 0
+    heard_ms: int | None = None
+    """While blocked or not open yet: when the target last heard from the origin (None: not
+    since the link was made or its servers restarted, `SimJetStream.restart`)."""
     _ahead: StoredMessage | None = None  # the next message, found once
 
     @property
@@ -54,6 +62,16 @@ class Link:
             self.taken = msg.seq
         self.taken = max(self.taken, origin.last_seq)
         return None
+
+    def active_ms(self, now_ms: int, blocked: bool) -> int | None:
+        """How long ago the target last heard from the origin: once open, at the last
+        arrival or heartbeat (every `HEARTBEAT_MS` from its opening, the first just after:
+        the server's reply to a stream's creation says -1); else as it was left."""
+        opening = now_ms == self.open_since_ms and self.last_arrival_ms < now_ms
+        if blocked or now_ms < self.open_since_ms or opening:
+            return None if self.heard_ms is None else now_ms - self.heard_ms
+        beat = self.open_since_ms + (now_ms - self.open_since_ms) // HEARTBEAT_MS * HEARTBEAT_MS
+        return now_ms - max(beat, self.last_arrival_ms)
 
     def restart(self) -> None:
         """Source the origin from its first message (a new stream under the same name)."""

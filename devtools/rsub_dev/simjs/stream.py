@@ -131,10 +131,23 @@ class StreamState:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """One source as `STREAM.INFO` reports it: `active_ms`, how long ago the stream last
+    heard from it (a message or a heartbeat); None when not once since the stream's servers
+    started (the server's `active` of -1)."""
+
+    name: str
+    active_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class StreamInfo:
     config: StreamConfig
     created: str
     state: StreamState
+    sources: tuple[SourceInfo, ...] = ()
+    leader_since_ms: int | None = None
+    """When the stream's current leader was elected (`cluster.leader_since`)."""
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.port import SimNet
 from rsub_dev.sim.shell.checks import Checks
 from rsub_dev.sim.shell.params import DURABLE, ShellParams
-from rsub_dev.simjs import ConsumerConfig
+from rsub_dev.simjs import ConsumerConfig, Delivery
 from sidecar.naming import VirtualStream
 from sidecar.nats.consumers import REPLICATE_KEY
 from sidecar.nats.origin_log import data_entry
@@ -38,6 +38,8 @@ class Applications:
         self._home = home
         self._deleted: set[str] = set()
         """Regions where the user deleted the durable and did not create it again."""
+        self.on_fetched: list[Callable[[str, list[Delivery]], None]] = []
+        """Told of every fetch that delivered, before its acks: the region, the deliveries."""
 
     async def produce(self, region: str, until_ms: int) -> None:
         world, p = self._world, self._world.p
@@ -111,18 +113,24 @@ class Applications:
         world.stats["user_creations"] += 1
         world.note(f"user creates {DURABLE} in {region}")
 
-    async def consume(self, region: str, until_ms: int) -> None:
-        """The application, consuming the durable in `region` while it is its home."""
+    async def consume(
+        self, region: str, until_ms: int, keep: Callable[[], bool] | None = None
+    ) -> None:
+        """The application, consuming the durable in `region` while it is its home (or
+        while `keep` says)."""
         world, p, js = self._world, self._world.p, self._js
         read = self._vs.read_stream(region)
         consumed = self._checks.consumed
-        while world.now_ms() < until_ms and self._home() == region:
+        while world.now_ms() < until_ms and (self._home() == region if keep is None else keep()):
             await asyncio.sleep(world.rng.randint(1, 2 * p.consume_gap_ms) / 1000)
             js.settle()
             try:
                 deliveries = js.fetch(read, DURABLE, p.consume_batch)
             except (NotFoundError, ServiceUnavailableError):
                 continue  # not there (not created yet, or deleted): a pull gets a bare 503
+            if deliveries:
+                for fetched in self.on_fetched:
+                    fetched(region, deliveries)
             for d in deliveries:
                 entry = data_entry(self._vs, d.stream_seq, d.headers)
                 key = (entry.origin, entry.origin_seq)

@@ -38,6 +38,8 @@ class Checks:
         self.user_changes: Counter[str] = Counter()
         """Per region, how many times a user reset, deleted or created a durable there."""
         self.ledger = Ledger(vs, js)
+        self.on_update: list[Callable[[str, Update], None]] = []
+        """Told of every update a sidecar publishes, as it lands (`vector`)."""
 
     def note(self, what: str) -> None:
         self._world.note(what)
@@ -73,6 +75,8 @@ class Checks:
         vector v read at M: every data message (o, s), s <= v[o], that `region`'s read stream
         holds or will hold lies at or below M, and every one it dropped as a duplicate was
         dropped for a copy stored at or below M (docs/protocol.md §6, case 2)."""
+        for published in self.on_update:
+            published(region, update)
         if not update.progress:
             return
         m, name, progress = update.progress_position, update.subscription, dict(update.progress)

@@ -7,6 +7,9 @@ import random
 from dataclasses import dataclass
 
 STREAM = "orders"
+MOVE_PAUSE_MS = 10_000
+"""How long `consumers.move_forward` pauses a durable it moves (its `_MOVE_PAUSE_S`): a
+pause of any other length is the failback guard's."""
 DURABLE = "app"
 SHARDS = 4
 DEDUP_WINDOW_MS = 120_000
@@ -63,6 +66,42 @@ class ShellParams:
     regions no snapshot completes meanwhile, only progress vectors move the copies. Needs
     three regions and no failover (0: none)."""
 
+    failback_ms: int = 0
+    """When the home region lost at `failover_ms` comes back (0: never; docs/protocol.md §7):
+    its servers with the durable where it stood, its streams under new leaders, its sidecars
+    started again, its application consuming at once; sourcing between it and each region
+    (its own streams' included) resumes only `reconnect_ms` (and up to 2 s more) later.
+    Needs a failover."""
+    reconnect_ms: int = 5_000
+    both_consume: bool = False
+    """After the return, the application goes on in the region it failed over to too: two
+    regions consume at once (docs/protocol.md §8)."""
+    quiet_return: bool = False
+    """The returned region's producers start again only once every source there reconnected
+    (its application still reconnects at once): no new message of its own lies before the
+    others' backlog, which the guard alone keeps it from consuming again."""
+    silent: bool = False
+    """With three regions, the third is cut off from the return on: it never answers, the
+    hold ends at its deadline (`hold_ms`)."""
+    hold_ms: int = 120_000
+    """The failback guard's deadline (`MachineConfig.hold_ms`)."""
+
+    @property
+    def failback_window_ms(self) -> int:
+        """How long a returned region's durable may stay held once sourcing between it and
+        every other region resumed (failback liveness): the catch-up request crosses a link,
+        the other region's leader reads it and its positions (a tail, an interval), publishes
+        its update and answer, they cross back, the returned region reads them and its
+        positions (a tail, an interval), moves the durable and reads again (an interval
+        each) and releases it (requests delayed), and slack."""
+        return (
+            5 * self.interval_ms
+            + 2 * self.link_delay_ms
+            + 2 * self.tail_lag_ms
+            + 40 * self.max_delay_ms
+            + 1_000
+        )
+
     @property
     def produce_until_ms(self) -> int:
         return self.run_ms - self.calm_ms + 1_000
@@ -83,6 +122,15 @@ class ShellParams:
             )
         if self.outage_ms and OUTAGE_AT_MS + self.outage_ms > self.produce_until_ms:
             raise ValueError(f"an outage of {self.outage_ms} ms ends after the producers stop")
+        if self.failback_ms and not 0 < self.failover_ms < self.failback_ms < self.run_ms:
+            raise ValueError(
+                f"a return at {self.failback_ms} ms needs a failover before it "
+                f"(failover_ms={self.failover_ms}) and to fall in the run ({self.run_ms} ms)"
+            )
+        if self.silent and (self.regions != 3 or not self.failback_ms):
+            raise ValueError("a silent region needs 3 regions and a return")
+        if self.hold_ms == MOVE_PAUSE_MS:
+            raise ValueError(f"hold_ms must differ from a move's pause ({MOVE_PAUSE_MS} ms)")
 
     @classmethod
     def draw(cls, rng: random.Random) -> ShellParams:
@@ -113,3 +161,32 @@ class ShellParams:
         if self.regions != 3 or self.failover_ms or rng.random() >= 0.25:
             return self
         return dataclasses.replace(self, outage_ms=rng.randint(2_000, 5_000))
+
+    def with_failback(self, rng: random.Random, chance: float = 1 / 3) -> ShellParams:
+        """`chance` of the runs with a failover (a third) get the lost region back 1.5 to 3 s later
+        (without users' resets and deletions), the run long enough for sourcing to resume and
+        the hold to end (`run_shell` draws it after `draw`, so the kinds of runs built on
+        `draw` stay as they were)."""
+        if not self.failover_ms or rng.random() >= chance:
+            return self
+        back = self.failover_ms + rng.randint(1_500, 3_000)
+        reconnect = self.lease_ttl_ms + rng.randint(1_500, 3_000)
+        silent = self.regions == 3 and rng.random() < 0.25
+        return dataclasses.replace(
+            self,
+            failback_ms=back,
+            reconnect_ms=reconnect,
+            run_ms=back + reconnect + 2_000 + self.failback_window_ms + self.calm_ms,
+            both_consume=rng.random() < 0.5,
+            quiet_return=rng.random() < 0.5,
+            silent=silent,
+            hold_ms=self.silent_hold_ms(reconnect) if silent else 120_000,
+            resets=False,
+            deletions=False,
+        )
+
+    def silent_hold_ms(self, reconnect_ms: int) -> int:
+        """A deadline for runs with a silent region: past the last link's reconnection and
+        the window after it (the answers of the others applied first), never a move's pause."""
+        hold_ms = reconnect_ms + 2_000 + self.failback_window_ms + 2_000
+        return hold_ms + 1 if hold_ms == MOVE_PAUSE_MS else hold_ms

@@ -12,7 +12,7 @@ from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimPort
 from rsub_dev.sim.shell.checks import Checks, Replica, checked
 from rsub_dev.sim.shell.params import SHARDS, STREAM, ShellParams
-from sidecar.config import NatsConfig
+from sidecar.config.nats import NatsConfig
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection
@@ -135,7 +135,12 @@ class Sidecar:
         holder = f"{self.name}-{self.starts}"
         handles = _handles(region, self.port, LoopClock(loop).now_ms)
         config = MachineConfig(
-            region, STREAM, vs.regions, interval_ms=p.interval_ms, timeout_ms=p.timeout_ms
+            region,
+            STREAM,
+            vs.regions,
+            interval_ms=p.interval_ms,
+            timeout_ms=p.timeout_ms,
+            hold_ms=p.hold_ms,
         )
         bucket_name = f"rsub-{region}"
         bucket = await self.port.key_value(bucket_name)

@@ -27,6 +27,7 @@ from rsub_dev.sim.outcome import LoopWorld, SimResult, Violation
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
 from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
+from rsub_dev.sim.shell.failback import Failback
 from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, DURABLE, OUTAGE_AT_MS, STREAM, ShellParams
 from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
 from rsub_dev.simjs import (
@@ -55,7 +56,8 @@ class ShellWorld(LoopWorld[ShellParams]):
     ) -> None:
         super().__init__(seed, params, trace_len)
         self.driver_factory = driver_factory
-        self.machine_factory = machine_factory
+        self.failback = Failback(self)
+        self.machine_factory = self.failback.observed(machine_factory)
         self.vs = VirtualStream(STREAM, tuple(f"r{i}" for i in range(params.regions)))
         self._sidecars: list[Sidecar] = []
         self._home = self.vs.regions[0]
@@ -287,6 +289,7 @@ class ShellWorld(LoopWorld[ShellParams]):
                 and s.driver.machine is not None
                 and s.port.replica is not None
             )
+            self.failback.checking()
 
     async def _start(self, sidecar: Sidecar) -> None:
         await sidecar.start(self.vs, self.p, self.driver_factory, self.machine_factory, self)
@@ -300,6 +303,7 @@ class ShellWorld(LoopWorld[ShellParams]):
             self, self.vs, net, checks, self._live.__contains__, lambda: self._home
         )
         self._topology()
+        self.failback.attach()
         apps.create_durable(self._home)
         if self.p.action_failures:
             self.js.faults.fail_randomly(
@@ -318,6 +322,8 @@ class ShellWorld(LoopWorld[ShellParams]):
             produce_until = self.p.produce_until_ms
             tasks += [loop.create_task(apps.produce(r, produce_until)) for r in self.vs.regions]
             tasks.append(loop.create_task(self._checking()))
+            if self.p.failback_ms:
+                tasks.append(loop.create_task(self.failback.run()))
             chaos_until = self.p.failover_ms or self.p.run_ms - self.p.calm_ms
             if self.p.outage_ms:
                 chaos_until = OUTAGE_AT_MS
@@ -347,5 +353,6 @@ class ShellWorld(LoopWorld[ShellParams]):
 
 def run_shell(seed: int, params: ShellParams | None = None, **kwargs: Any) -> ShellResult:
     if params is None:
-        params = ShellParams.draw(random.Random(seed ^ 0x5E11))
+        rng = random.Random(seed ^ 0x5E11)
+        params = ShellParams.draw(rng).with_failback(rng)
     return ShellWorld(seed, params, **kwargs).run()

@@ -1,0 +1,333 @@
+"""The sidecar's settings: every section of its configuration file, each checking itself
+when built (`sidecar.config.checks`). Loading a file and the environment is `loading`."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sidecar.config.checks import (
+    NOT_NEGATIVE,
+    POSITIVE,
+    Problem,
+    Section,
+    cert_and_key,
+    checked_by,
+    existing_file,
+    not_negative,
+    positive,
+)
+from sidecar.config.nats import NatsConfig
+from sidecar.config.secrets import Secret
+from sidecar.logs import LogFormat, LogLevel
+from sidecar.naming import (
+    DEFAULT_READ_STREAM,
+    DEFAULT_WRITE_STREAM,
+    TOKEN_PATTERN,
+    NamingError,
+    VirtualStream,
+)
+
+# What the checks allow, in JSON Schema terms (a stream pattern's full rule is the naming
+# contract's, checked with the streams: `Config._check`).
+_NAME = {"pattern": TOKEN_PATTERN}
+_STREAM_PATTERN = checked_by(json={"pattern": r"\{region\}"})
+
+# JetStream KV bucket names (the lease bucket).
+BUCKET_RE = re.compile(r"[A-Za-z0-9_-]+")
+_JETSTREAM_MAX_REPLICAS = 5
+_REPLICAS = {"minimum": 1, "maximum": _JETSTREAM_MAX_REPLICAS}
+
+
+def _regions(value: tuple[str, ...]) -> str | None:
+    # Region names themselves are checked with the streams (VirtualStream, in Config._check).
+    return None if value else "must list at least one region"
+
+
+def _unique_streams(value: tuple[StreamConfig, ...]) -> str | None:
+    # An empty list is checked with `discovery` (Config._check): it needs discovery on.
+    dups = _duplicates(s.name for s in value)
+    return f"duplicate stream name(s) {dups}" if dups else None
+
+
+# What a glob on virtual-stream names may hold: name characters and fnmatch's wildcards.
+_GLOB_RE = re.compile(r"[A-Za-z0-9_*?\[\]!-]+")
+
+
+def _globs(value: tuple[str, ...]) -> str | None:
+    if not value:
+        return "must list at least one glob"
+    bad = [glob for glob in value if not _GLOB_RE.fullmatch(glob)]
+    if bad:
+        return (
+            f"invalid glob(s) {bad}: a virtual-stream name holds letters, digits, '_' and '-'; "
+            "the wildcards are *, ? and [...]"
+        )
+    return None
+
+
+def _bucket(value: str) -> str | None:
+    if BUCKET_RE.fullmatch(value):
+        return None
+    return f"invalid KV bucket name {value!r}: must match {BUCKET_RE.pattern}"
+
+
+def _replicas(value: int) -> str | None:
+    if 1 <= value <= _JETSTREAM_MAX_REPLICAS:
+        return None
+    return f"must be between 1 and {_JETSTREAM_MAX_REPLICAS}, got {value}"
+
+
+def split_host_port(listen: str) -> tuple[str, int]:
+    """Split a listen address `host:port` (`[::1]:7070` for IPv6); raise ValueError if bad."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"invalid listen address {listen!r}: expected host:port")
+    if host.startswith("["):
+        if not host.endswith("]") or len(host) < 3:
+            raise ValueError(f"invalid listen address {listen!r}: unbalanced IPv6 brackets")
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"invalid listen address {listen!r}: write IPv6 hosts as [addr]:port")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"invalid listen address {listen!r}: port must be 0-65535")
+    return host, int(port_text)
+
+
+def _listen(value: str) -> str | None:
+    try:
+        split_host_port(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _cluster_names(value: Mapping[str, str]) -> str | None:
+    bad = [name for name in value.values() if not name or any(c.isspace() for c in name)]
+    return f"invalid cluster name(s) {bad}" if bad else None
+
+
+@dataclass(frozen=True)
+class StreamConfig(Section):
+    """A virtual stream; `write_stream`/`read_stream` are patterns over {name} and {region}."""
+
+    name: str = field(metadata=checked_by(json=_NAME))
+    write_stream: str = field(default=DEFAULT_WRITE_STREAM, metadata=_STREAM_PATTERN)
+    read_stream: str = field(default=DEFAULT_READ_STREAM, metadata=_STREAM_PATTERN)
+    replicas: int = field(default=1, metadata=checked_by(_replicas, _REPLICAS))
+
+
+@dataclass(frozen=True)
+class DiscoveryConfig(Section):
+    """Streams found, not listed: every `interval_s` the sidecar lists the account's streams
+    and serves each virtual stream whose name matches a glob of `match` and whose read and
+    write streams in this region exist, named by `read_stream`/`write_stream` (patterns over
+    {name} and {region}, as for a listed stream). It never creates their streams."""
+
+    enabled: bool = False
+    match: tuple[str, ...] = field(
+        default=("*",),
+        metadata=checked_by(_globs, {"minItems": 1, "items": {"pattern": f"^{_GLOB_RE.pattern}$"}}),
+    )
+    interval_s: float = field(default=30.0, metadata=checked_by(positive, POSITIVE))
+    write_stream: str = field(default=DEFAULT_WRITE_STREAM, metadata=_STREAM_PATTERN)
+    read_stream: str = field(default=DEFAULT_READ_STREAM, metadata=_STREAM_PATTERN)
+
+    def matches(self, name: str) -> bool:
+        """Whether the virtual-stream `name` matches one of the globs (case-sensitive)."""
+        return any(fnmatch.fnmatchcase(name, glob) for glob in self.match)
+
+    def virtual_stream(self, name: str, regions: tuple[str, ...]) -> VirtualStream:
+        """The naming contract of the discovered stream `name` (NamingError if it breaks it)."""
+        return VirtualStream(
+            name=name,
+            regions=regions,
+            write_pattern=self.write_stream,
+            read_pattern=self.read_stream,
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotConfig(Section):
+    interval_ms: int = field(default=1000, metadata=checked_by(positive, POSITIVE))
+    timeout_s: float = field(default=30.0, metadata=checked_by(positive, POSITIVE))
+    cache_size: int = field(default=30, metadata=checked_by(positive, POSITIVE))
+    sweep_intervals: int = field(default=120, metadata=checked_by(positive, POSITIVE))
+    """Every stream's positions are read at least once per this many intervals, whatever
+    the signals say (a missed signal only delays an update by as much)."""
+
+
+@dataclass(frozen=True)
+class ProgressConfig(Section):
+    """Progress vectors (DESIGN §7): the read stream's origins are indexed, vectors are sent
+    with updates and applied. Off, rsub is PIP-33 only (for comparison, or to save the index)."""
+
+    enabled: bool = True
+    interval_ms: int | None = field(default=None, metadata=checked_by(positive, POSITIVE))
+    """How often a subscription's changed vector may go out, and its positions be read on a
+    signal: vectors need no round trip, so they may go out more often than snapshots start.
+    None: `snapshot.interval_ms`."""
+
+
+@dataclass(frozen=True)
+class FailbackConfig(Section):
+    """The failback guard (docs/protocol.md §7): a region that returns holds its replicated
+    durables until every other region told it what they consumed meanwhile, for `hold_s` at
+    most (0: no guard)."""
+
+    hold_s: float = field(default=120.0, metadata=checked_by(not_negative, NOT_NEGATIVE))
+
+
+@dataclass(frozen=True)
+class LeaseConfig(Section):
+    bucket: str = field(
+        default="rsub-leases", metadata=checked_by(_bucket, {"pattern": f"^{BUCKET_RE.pattern}$"})
+    )
+    ttl_s: float = field(default=10.0, metadata=checked_by(positive, POSITIVE))
+    # Streams are split into this many shards, each with its own lease: the unit of work
+    # the replicas of a region share (sidecar/nats/shards.py). Same value on every replica.
+    shards: int = field(default=32, metadata=checked_by(positive, POSITIVE))
+    # Replicas of the region's KV bucket (leases, members, cursors: `open_regional_kv`).
+    # None: as many as the region's cluster can place, up to 3.
+    replicas: int | None = field(default=None, metadata=checked_by(_replicas, _REPLICAS))
+
+
+@dataclass(frozen=True)
+class GrpcTlsConfig(Section):
+    cert_file: Path | None = field(default=None, metadata=checked_by(existing_file))
+    key_file: Path | None = field(default=None, metadata=checked_by(existing_file))
+    client_ca_file: Path | None = field(default=None, metadata=checked_by(existing_file))
+
+    @staticmethod
+    def _check(v: Mapping[str, Any]) -> Iterator[Problem]:
+        yield from cert_and_key(v)
+        if v.get("client_ca_file") is not None and v.get("cert_file") is None:
+            yield "client_ca_file", "client certificates need server TLS (cert_file, key_file)"
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+
+@dataclass(frozen=True)
+class GrpcConfig(Section):
+    listen: str = field(default="127.0.0.1:7070", metadata=checked_by(_listen))
+    auth_token: Secret | None = None
+    tls: GrpcTlsConfig = field(default_factory=GrpcTlsConfig)
+
+
+@dataclass(frozen=True)
+class HttpConfig(Section):
+    listen: str = field(default="127.0.0.1:8080", metadata=checked_by(_listen))
+
+
+@dataclass(frozen=True)
+class LogConfig(Section):
+    format: LogFormat = "auto"
+    level: LogLevel = "info"
+
+
+# NamingError messages start with the VirtualStream field at fault; map it to our key.
+_NAMING_FIELDS = {"name": "name", "write_pattern": "write_stream", "read_pattern": "read_stream"}
+
+
+@dataclass(frozen=True)
+class Config(Section):
+    region: str
+    regions: tuple[str, ...] = field(
+        metadata=checked_by(_regions, {"minItems": 1, "uniqueItems": True, "items": _NAME})
+    )
+    nats: NatsConfig
+    streams: tuple[StreamConfig, ...] = field(default=(), metadata=checked_by(_unique_streams))
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    cluster_for_region: Mapping[str, str] = field(
+        default_factory=lambda: types.MappingProxyType({}),
+        metadata=checked_by(_cluster_names, {"additionalProperties": {"pattern": r"^\S+$"}}),
+    )
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
+    failback: FailbackConfig = field(default_factory=FailbackConfig)
+    lease: LeaseConfig = field(default_factory=LeaseConfig)
+    grpc: GrpcConfig = field(default_factory=GrpcConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    @staticmethod
+    def _check(v: Mapping[str, Any]) -> Iterator[Problem]:
+        discovery: DiscoveryConfig | None = v.get("discovery")
+        if "streams" in v and not v["streams"] and discovery is not None and not discovery.enabled:
+            yield "streams", "must list at least one stream, or turn discovery on"
+        regions: tuple[str, ...] | None = v.get("regions")
+        if not regions:
+            return
+        if "region" in v and v["region"] not in regions:
+            yield "region", f"{v['region']!r} is not in regions {list(regions)}"
+        for region in v.get("cluster_for_region", {}):
+            if region not in regions:
+                yield f"cluster_for_region.{region}", f"unknown region {region!r}"
+        reported: set[tuple[str, str]] = set()
+        for i, stream in enumerate(v.get("streams", ())):
+            try:
+                _virtual_stream(stream, regions)
+            except NamingError as exc:
+                field_name, _, problem = str(exc).partition(": ")
+                if field_name == "regions":
+                    key = "regions"
+                elif field_name in _NAMING_FIELDS:
+                    key = f"streams[{i}].{_NAMING_FIELDS[field_name]}"
+                else:
+                    key, problem = f"streams[{i}]", str(exc)
+                if (key, problem) not in reported:  # region problems repeat for every stream
+                    reported.add((key, problem))
+                    yield key, problem
+        if discovery is not None:
+            # The patterns are checked with the name `x`; should a found name still break the
+            # naming contract, discovery skips it and logs why.
+            try:
+                discovery.virtual_stream("x", regions)
+            except NamingError as exc:
+                field_name, _, problem = str(exc).partition(": ")
+                if field_name in ("write_pattern", "read_pattern"):
+                    yield f"discovery.{_NAMING_FIELDS[field_name]}", problem
+
+    def cluster_for(self, region: str) -> str:
+        """The NATS cluster that hosts `region`'s streams (defaults to the region's name)."""
+        return self.cluster_for_region.get(region, region)
+
+    def stream(self, name: str) -> StreamConfig:
+        for stream in self.streams:
+            if stream.name == name:
+                return stream
+        raise KeyError(f"unknown stream {name!r}; configured: {[s.name for s in self.streams]}")
+
+    def virtual_stream(self, name: str) -> VirtualStream:
+        """The naming contract (stream names, subjects) of the configured stream `name`."""
+        return _virtual_stream(self.stream(name), self.regions)
+
+    @property
+    def virtual_streams(self) -> tuple[VirtualStream, ...]:
+        return tuple(_virtual_stream(s, self.regions) for s in self.streams)
+
+
+def _virtual_stream(stream: StreamConfig, regions: tuple[str, ...]) -> VirtualStream:
+    return VirtualStream(
+        name=stream.name,
+        regions=regions,
+        write_pattern=stream.write_stream,
+        read_pattern=stream.read_stream,
+    )
+
+
+def _duplicates(items: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    dups: list[str] = []
+    for item in items:
+        if item in seen and item not in dups:
+            dups.append(item)
+        seen.add(item)
+    return dups
