@@ -156,8 +156,9 @@ test: $(STAMP) java lint
 # server, no Spark: neither `integration` nor `spark`) less the long campaigns `make test`
 # runs (CHECK_LEAVES_OUT: the simulations' seeded sweeps, the fuzzing budget, the wheel
 # builds), and 10 s of the simulations from a fresh seed instead (`make soak`).
-CHECK_LEAVES_OUT := tests/dev/test_shell_sim.py tests/dev/test_lease_sim.py \
-	tests/protocol/test_protocol_sim.py tests/fuzz/test_fuzz.py tests/deploy/test_image_wheels.py
+CHECK_LEAVES_OUT := tests/dev/test_shell_sim.py tests/dev/test_shell_failback.py \
+	tests/dev/test_lease_sim.py tests/protocol/test_protocol_sim.py tests/fuzz/test_fuzz.py \
+	tests/deploy/test_image_wheels.py
 check: lint-python $(TOOLS_STAMP) $(PROMTOOL_STAMP)
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not integration and not spark" \
 		$(addprefix --ignore=,$(CHECK_LEAVES_OUT)) $(PYTEST_ARGS)
