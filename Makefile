@@ -14,13 +14,17 @@ PROMETHEUS_DEB := 2.42.0+ds-5+deb12u1
 PROMTOOL := $(TOOLS)/prometheus/promtool
 PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test` (tests/support/work_units.py: one work unit per test file,
+# the Spark session's files together, longest first). PYTEST_ARGS=-n0 runs it in one process.
+WORKERS ?= 3
 
-.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test lint proto proto-check proto-lint proto-format proto-release chart-check chart-readme config-schema promtool alerts-check unit soak sim-variants chaos fuzz bench clean
+.PHONY: help venv lock java image-tools image image-test floors demo demo-spark test check lint lint-python proto proto-check proto-lint proto-format proto-release chart-check chart-readme config-schema promtool alerts-check unit soak sim-variants chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
 	@echo "make demo-spark - the example Spark pipeline through a regional failover"
-	@echo "make test   - set up, lint and run the whole test suite"
+	@echo "make test   - set up, lint and run the whole test suite (WORKERS=3 in parallel)"
+	@echo "make check  - the quick tier: lint the Python, the pure tests, a short simulation"
 	@echo "make proto  - regenerate Python code from protos/"
 	@echo "make proto-format - format protos/ with buf"
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
@@ -135,16 +139,30 @@ chart-readme: $(STAMP)
 config-schema: $(STAMP)
 	$(BIN)/python scripts/config_schema.py
 
-lint: $(STAMP) proto-check proto-lint chart-check alerts-check
+lint-python: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy --strict tests bench scripts protos
 
-# The image's tests (make image-test) are not part of it: CI's budget for the suite is
-# 30 minutes and the suite takes about 25 there; they add 2 minutes on a fresh machine.
+lint: $(STAMP) proto-check proto-lint chart-check alerts-check lint-python
+
+# The image's tests (make image-test) are not part of it (they add 2 minutes on a fresh
+# machine); CI's budget for the suite is 30 minutes, its time: docs/benchmarks.md.
 test: $(STAMP) java lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The quick tier for the inner loop, within 2 minutes: the Python lint, the pure tests (no
+# server, no Spark: neither `integration` nor `spark`) less the long campaigns `make test`
+# runs (CHECK_LEAVES_OUT: the simulations' seeded sweeps, the fuzzing budget, the wheel
+# builds), and 10 s of the simulations from a fresh seed instead (`make soak`).
+CHECK_LEAVES_OUT := tests/dev/test_shell_sim.py tests/dev/test_shell_failback.py \
+	tests/dev/test_lease_sim.py tests/protocol/test_protocol_sim.py tests/fuzz/test_fuzz.py \
+	tests/deploy/test_image_wheels.py
+check: lint-python $(TOOLS_STAMP) $(PROMTOOL_STAMP)
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not integration and not spark" \
+		$(addprefix --ignore=,$(CHECK_LEAVES_OUT)) $(PYTEST_ARGS)
+	$(BIN)/python -m rsub_dev.sim.soak --seconds 10
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo

@@ -14,6 +14,10 @@ loop); a 3-region cluster starts in about 5-6 s.
   annotate it as `rsub_dev.cluster.ClusterFactory`.
 
 Tests that use them should be marked `@pytest.mark.integration`.
+
+`make test` runs the suite on pytest-xdist workers, `--dist loadfile` with the work units
+and their order of `tests/support/work_units.py`; `--store-durations` records each test
+file's seconds of a run in `tests/durations.json`, the order's source.
 """
 
 from __future__ import annotations
@@ -22,11 +26,16 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
+from tests.support import work_units
+
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler.protocol import Scheduling
 
 
 @pytest.fixture
@@ -51,3 +60,29 @@ async def cluster3(make_cluster: ClusterFactory) -> LocalSuperCluster:
 @pytest.fixture
 async def cluster2(make_cluster: ClusterFactory) -> LocalSuperCluster:
     return await make_cluster(["west", "east"])
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help="record each test file's seconds of this run in tests/durations.json",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("store_durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(work_units.DurationRecorder(), "rsub-durations")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the units longest first
+        work_units.check_spark_files(items)
+        items[:] = work_units.longest_first(items, work_units.recorded_seconds())
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return work_units.make_scheduler(config, log)

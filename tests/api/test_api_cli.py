@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import sidecar
+from rsub_dev.ports import free_ports
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.cli import main
 from sidecar.cli.remote import table
@@ -182,12 +182,6 @@ async def test_errors_show_status_and_detail(
     assert (code, err.strip()) == (1, "error: UNAVAILABLE: NATS connection lost")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -199,7 +193,7 @@ def free_port() -> int:
 async def test_unreachable_sidecar_exits_2(
     capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
-    target = f"127.0.0.1:{free_port()}"
+    target = f"127.0.0.1:{free_ports(1)[0]}"
     code, out, err = await rsub(capsys, *command, "--sidecar", target)
     assert (code, out) == (2, "")
     assert err.startswith(f"error: cannot reach the sidecar at {target}")

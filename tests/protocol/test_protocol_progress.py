@@ -96,6 +96,21 @@ def test_a_vector_goes_out_without_any_snapshot_and_at_most_once_per_interval() 
     assert updates(a.positions_read({"d": 5}, 6)) == []  # unchanged: nothing to send
 
 
+def test_a_vector_read_ahead_of_the_index_is_sent_again_fuller_at_the_same_position() -> None:
+    """Positions are read apart from the data tail that feeds the index: a vector at a
+    position the index has not reached covers only what is indexed, and once the index caught
+    up a fuller vector at the same position follows. So the vector a region sent last, not
+    the first one at a position, is the one the others end up holding (tests/scenarios/
+    test_outage.py waits for that one)."""
+    a = machine("a")
+    a.data_indexed(Q_A[:3])  # a1 b1 a2 indexed; c1 b2 a3 not yet
+    a.tick(1_000)
+    assert vectors(a.positions_read({"d": 5}, 6)) == {"d": ({"a": 2, "b": 1}, 5)}
+    a.data_indexed(Q_A[3:])
+    a.tick(2_000)
+    assert vectors(a.positions_read({"d": 5}, 6)) == {"d": ({"a": 2, "b": 2, "c": 1}, 5)}
+
+
 def test_applying_moves_to_the_last_position_every_message_below_is_covered() -> None:
     a, b = machine("a"), machine("b")
     a.data_indexed(Q_A)

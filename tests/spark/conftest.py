@@ -34,24 +34,34 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
 
 
 @pytest.fixture(scope="session", params=["direct", "consumer"])
-def orders_layout(nats_server: NatsServer, request: pytest.FixtureRequest) -> Layout:
+def orders_layout(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Layout]:
     """A virtual stream with 200 data messages (plus markers) in its west read stream, read
-    with direct gets (`orders`) or, without allow_direct, with a consumer (`ordersc`)."""
+    with direct gets (`orders`) or, without allow_direct, with a consumer (`ordersc`).
+
+    On a server of its own: pytest builds a session fixture's parameter again when the tests
+    using it come back to it after the other one (under xdist a worker runs them after other
+    files' tests), and a second build on a shared server would publish 200 messages more."""
     direct = request.param == "direct"
+    server = NatsServer(tmp_path_factory.mktemp("nats-orders"))
 
     async def build() -> Layout:
-        nc = await nats.connect(nats_server.url)
+        nc = await nats.connect(server.url)
         try:
             vstream = await create_layout(nc, "orders" if direct else "ordersc", direct=direct)
             published = await publish_orders(nc, vstream, 200)
             last = await wait_sourced(nc, vstream, len(published))
             read_stream = vstream.read_stream("west")
             stored = await stored_messages(nc, read_stream, last)
-            return Layout(nats_server.url, vstream, read_stream, published, stored)
+            return Layout(server.url, vstream, read_stream, published, stored)
         finally:
             await nc.close()
 
-    return asyncio.run(build())
+    try:
+        yield asyncio.run(build())
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pytest
 from nats.js.api import StreamConfig, StreamSource
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from rsub_dev.ports import free_ports
 from sidecar._gen.rsub.v1 import api_pb2
 from sidecar.naming import VirtualStream
 from spark_jobs.rsub_spark.nats_read import (
@@ -40,7 +41,6 @@ from tests.support.spark_helpers import (
     NatsServer,
     SidecarDouble,
     create_layout,
-    free_port,
     publish_orders,
     wait_sourced,
 )
@@ -259,7 +259,7 @@ def test_unknown_stream_and_unreachable_servers_are_named(orders_layout: Layout)
         RsubReadError, match=rf"read stream '{orders_layout.vstream.name}-read-north'.*not found"
     ):
         stream_reader(orders_layout, region="north").initialOffset()
-    dead = f"nats://127.0.0.1:{free_port()}"
+    dead = f"nats://127.0.0.1:{free_ports(1)[0]}"
     with pytest.raises(RsubReadError, match=f"cannot reach NATS at {dead}"):
         read_rows({**orders_layout.options(), "servers": dead}, 0, 10)
     with pytest.raises(RsubOptionError, match="unknown option 'startingoffset'"):
@@ -313,7 +313,7 @@ def test_subscription_start_asks_the_sidecar(
         "stream": orders_layout.read_stream,
         "sequence": 57,
     }
-    dead = f"127.0.0.1:{free_port()}"
+    dead = f"127.0.0.1:{free_ports(1)[0]}"
     with pytest.raises(RuntimeError, match=f"sidecar {dead} unreachable"):
         stream_reader(
             orders_layout, subscription="billing", sidecar=dead, timeoutMs="2000"

@@ -9,13 +9,7 @@ import time
 from pathlib import Path
 
 from rsub_dev.cluster import find_nats_server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from rsub_dev.ports import free_ports
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -32,7 +26,7 @@ class ServerProcess:
     """A stand-alone JetStream server on a fixed port that can be stopped and started again."""
 
     def __init__(self, work: Path, extra: str = "") -> None:
-        self.port = _free_port()
+        [self.port] = free_ports(1)
         self.url = f"nats://127.0.0.1:{self.port}"
         self._work = work
         self._conf = work / "server.conf"

@@ -1,7 +1,7 @@
 """Helpers of the Spark plugin tests: a real nats-server, stream layouts, a sidecar double.
 
-`orders_layout` (session-scoped) starts one JetStream nats-server holding the streams of the
-virtual stream `orders` for regions `west` and `east`, created by `apply_topology`, so the
+`orders_layout` (session-scoped) starts a JetStream nats-server of its own holding the streams
+of the virtual stream `orders` for regions `west` and `east`, created by `apply_topology`, so the
 read stream `orders-read-west` sources both write streams for real (real
 `Nats-Stream-Source` headers, markers and snapshot markers interleaved with data).
 
@@ -28,6 +28,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from rsub_dev.cluster import find_nats_server
+from rsub_dev.ports import free_ports
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM, VirtualStream
 from sidecar.nats.topology import apply_topology
@@ -44,18 +45,11 @@ from sidecar.runtime.views import (
 REGIONS = ("west", "east")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class NatsServer:
     """One real JetStream nats-server process on a free port."""
 
     def __init__(self, store: Path) -> None:
-        self.port = free_port()
+        [self.port] = free_ports(1)
         self.url = f"nats://127.0.0.1:{self.port}"
         self._proc = subprocess.Popen(
             [
