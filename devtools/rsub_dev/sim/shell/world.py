@@ -27,6 +27,8 @@ from rsub_dev.sim.outcome import LoopWorld, SimResult, Violation
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
 from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
+from rsub_dev.sim.shell.healing import healed_end
+from rsub_dev.sim.shell.limits import Excuses, stream_limits
 from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, DURABLE, OUTAGE_AT_MS, STREAM, ShellParams
 from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
 from rsub_dev.simjs import (
@@ -52,8 +54,11 @@ class ShellWorld(LoopWorld[ShellParams]):
         driver_factory: Callable[..., StreamDriver] = StreamDriver,
         machine_factory: type[StreamMachine] = StreamMachine,
         trace_len: int = 80,
+        excuses: type[Excuses] = Excuses,
     ) -> None:
         super().__init__(seed, params, trace_len)
+        self.excuses = excuses
+        """What the checks excuse (a broken one, in the checker's own tests)."""
         self.driver_factory = driver_factory
         self.machine_factory = machine_factory
         self.vs = VirtualStream(STREAM, tuple(f"r{i}" for i in range(params.regions)))
@@ -81,6 +86,23 @@ class ShellWorld(LoopWorld[ShellParams]):
         assert self._checks is not None
         return self._checks
 
+    @property
+    def home(self) -> str:
+        """The durable's home region now."""
+        return self._home
+
+    @property
+    def live(self) -> set[str]:
+        """The regions not lost."""
+        return set(self._live)
+
+    @property
+    def sidecars(self) -> list[Sidecar]:
+        return list(self._sidecars)
+
+    async def start(self, sidecar: Sidecar) -> None:
+        await self._start(sidecar)
+
     # ---- the regions --------------------------------------------------------------------
 
     def _topology(self) -> None:
@@ -88,7 +110,10 @@ class ShellWorld(LoopWorld[ShellParams]):
         for r in vs.regions:
             js.stream_create(
                 StreamConfig(
-                    vs.write_stream(r), (vs.data_subject(r), vs.marker_subject(r)), placement=r
+                    vs.write_stream(r),
+                    (vs.data_subject(r), vs.marker_subject(r)),
+                    placement=r,
+                    **stream_limits(self.p, read=False),
                 )
             )
         for r in vs.regions:
@@ -106,9 +131,11 @@ class ShellWorld(LoopWorld[ShellParams]):
                 StreamConfig(
                     vs.read_stream(r),
                     (vs.snapshot_subject(r),),
-                    duplicate_window_ms=DEDUP_WINDOW_MS,
+                    # The server refuses a window longer than the streams' max age.
+                    duplicate_window_ms=min(DEDUP_WINDOW_MS, self.p.read_max_age_ms or 2**62),
                     sources=sources,
                     placement=r,
+                    **stream_limits(self.p, read=True),
                 )
             )
             js.kv_bucket_create(f"rsub-{r}", placement=r)
@@ -160,6 +187,7 @@ class ShellWorld(LoopWorld[ShellParams]):
                     ("freeze", p.freezes),
                     ("reset", p.resets),
                     ("delete", p.deletions),
+                    ("purge", p.purges),
                 )
                 if on
             ]
@@ -175,6 +203,8 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.apps.replay(self._home)
             elif kind == "delete":
                 await self.apps.delete(rng.choice(sorted(self._live)))
+            elif kind == "purge":
+                self.checks.removals.purge_some(self, sorted(self._live))
             elif kind == "freeze":
                 # A leader when there is one: a follower's pause changes little.
                 running = [s for s in self._sidecars if s.region in self._live]
@@ -295,7 +325,7 @@ class ShellWorld(LoopWorld[ShellParams]):
         loop = asyncio.get_running_loop()
         self._js = SimJetStream(LoopClock(loop), rng=random.Random(self.seed ^ 0x5EA))
         net = SimNet(self._js, self.rng, self.p.max_delay_ms, self.p.tail_lag_ms)
-        checks = self._checks = Checks(self, self.vs, self._js)
+        checks = self._checks = Checks(self, self.vs, self._js, self.excuses)
         apps = self._apps = Applications(
             self, self.vs, net, checks, self._live.__contains__, lambda: self._home
         )
@@ -323,7 +353,10 @@ class ShellWorld(LoopWorld[ShellParams]):
                 chaos_until = OUTAGE_AT_MS
                 tasks.append(loop.create_task(self._outage()))
                 tasks.append(loop.create_task(self._vector_liveness()))
-            tasks.append(loop.create_task(self._chaos(chaos_until)))
+            chaos = loop.create_task(self._chaos(chaos_until))
+            tasks.append(chaos)
+            if self.p.healed:
+                tasks.append(loop.create_task(healed_end(self, chaos)))
             tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
             if self.p.failover_ms:
                 if await self.until(self.p.failover_ms):
