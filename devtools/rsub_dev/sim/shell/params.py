@@ -77,6 +77,9 @@ class ShellParams:
     """Of the messages a producer publishes: the fraction it publishes again in another
     region with the same `Nats-Msg-Id` (a twin; read streams store the first copy to arrive
     within their de-duplication window)."""
+    moves: bool = False
+    """The durable's application moves to another live region at a drawn time and back
+    later, every region up (`moves`). Needs no failover and no outage."""
     healed: bool = False
     """The calm end of the run is healed: no failing request, every link up, every sidecar
     of a live region running; then every live region holding the durable completes a
@@ -109,6 +112,8 @@ class ShellParams:
                 f"an outage needs 3 regions and no failover, got {self.regions} regions, "
                 f"failover_ms={self.failover_ms}"
             )
+        if self.moves and (self.failover_ms or self.outage_ms):
+            raise ValueError("moves of the application need no failover and no outage")
         if self.outage_ms and OUTAGE_AT_MS + self.outage_ms > self.produce_until_ms:
             raise ValueError(f"an outage of {self.outage_ms} ms ends after the producers stop")
 
@@ -148,7 +153,8 @@ class ShellParams:
         some runs: limits by age on write and read streams in a fifth each, by count in a
         tenth each (sized above what a region writes in a second, or markers would go before
         the sidecars read them), purges in a sixth, twins in a quarter; a healed end in
-        half, long enough for the liveness it checks."""
+        half, long enough for the liveness it checks; the application moving away and back
+        in two fifths of those without a failover or an outage."""
         burst = 1_000 // self.produce_gap_ms + 10
         drawn = self.with_healed_end() if rng.random() < 0.5 else self
         return dataclasses.replace(
@@ -159,6 +165,7 @@ class ShellParams:
             read_max_msgs=self.regions * burst + rng.randint(40, 400) if rng.random() < 0.1 else 0,
             purges=rng.random() < 0.16,
             twins=rng.uniform(0.05, 0.3) if rng.random() < 0.25 else 0.0,
+            moves=not (self.failover_ms or self.outage_ms) and rng.random() < 0.4,
         )
 
     def with_healed_end(self) -> ShellParams:

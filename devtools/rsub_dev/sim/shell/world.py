@@ -29,6 +29,7 @@ from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
 from rsub_dev.sim.shell.healing import healed_end
 from rsub_dev.sim.shell.limits import Excuses, stream_limits
+from rsub_dev.sim.shell.moves import application_moves
 from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, DURABLE, OUTAGE_AT_MS, STREAM, ShellParams
 from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
 from rsub_dev.simjs import (
@@ -90,6 +91,10 @@ class ShellWorld(LoopWorld[ShellParams]):
     def home(self) -> str:
         """The durable's home region now."""
         return self._home
+
+    @home.setter
+    def home(self, region: str) -> None:
+        self._home = region
 
     @property
     def live(self) -> set[str]:
@@ -357,6 +362,8 @@ class ShellWorld(LoopWorld[ShellParams]):
             tasks.append(chaos)
             if self.p.healed:
                 tasks.append(loop.create_task(healed_end(self, chaos)))
+            if self.p.moves:
+                tasks.append(loop.create_task(application_moves(self, tasks)))
             tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
             if self.p.failover_ms:
                 if await self.until(self.p.failover_ms):
