@@ -8,12 +8,15 @@ request and reply delayed, sourcing between regions delayed. Applications publis
 region and consume one replicated durable in its home region, whose users reset and delete
 it; sidecars crash, freeze, lag; regions are cut off, or one is out for long (`_outage`); at
 `failover_ms` the home region is lost (its sidecars stopped, its sourcing cut) and the
-application continues in the next region. Everything comes from one seed.
+application continues in the next region, or it moves away and back with every region up
+(`moves`). Streams have limits and are purged, producers publish twins (`limits`); the end
+may be healed (`healing`). Everything comes from one seed.
 
-Checked as the run goes (docs/simulation.md lists them): moved only over consumed data,
-never rewound nor over markers alone, reported, snapshot safety, claim 1, fencing and
-retried (`checks`, each replica's `checks.Replica`), vector liveness from an outage on
-(`_vector_liveness`); no loss at the end.
+Checked as the run goes (docs/simulation.md lists them): moved only over consumed data (or
+excused: `limits.Excuses`), never rewound nor over markers alone, reported, snapshot safety,
+claim 1, fencing, retried and applied (`checks`, each replica's `checks.Replica`), covered
+means consumed and not data (`coverage`), vector liveness from an outage on
+(`_vector_liveness`); no loss at the end, liveness once healed.
 """
 
 from __future__ import annotations
