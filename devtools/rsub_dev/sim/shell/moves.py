@@ -20,8 +20,10 @@ async def application_moves(world: ShellWorld, tasks: list[asyncio.Task[Any]]) -
     """Move the application away at a drawn time and back later (its consumers go to
     `tasks`, the run's)."""
     p, rng = world.p, world.rng
-    away_at = rng.randint(1_000, max(1_000, p.produce_until_ms // 2))
-    back_at = rng.randint(away_at + 1_000, max(away_at + 1_000, p.produce_until_ms - 1_000))
+    # Both before a healed end begins (its liveness follows one home).
+    last = min(p.produce_until_ms, p.heal_at_ms if p.healed else p.run_ms) - 1_000
+    away_at = rng.randint(1_000, max(1_000, last // 2))
+    back_at = rng.randint(away_at + 1_000, max(away_at + 1_000, last))
     first = world.home
     if await world.until(away_at):
         return
