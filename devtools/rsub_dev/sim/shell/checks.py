@@ -215,7 +215,9 @@ class Checks:
         if after is None:
             return None
         entry = data_entry(self._vs, after.seq, after.headers)
-        there = self.ledger.at[home].get((entry.origin, entry.origin_seq))
+        # That very copy stored in the home: one the home dropped as a twin's duplicate is
+        # covered by its vectors only once its origin writes again (case 2).
+        there = self.ledger.stored_at(home, (entry.origin, entry.origin_seq))
         return standing if there is not None and there <= at_home else None
 
     def no_loss(self, home: str) -> None:
