@@ -1,9 +1,9 @@
 """Applied (world.py's property, on the runtime's time): after a leader's machine accepted
 an update of the durable naming its region at position p (`UpdateApplied`), the copy there
 stands at or beyond p (or has delivered that far) by the second current positions read its
-machine applies since, unless its user changed a durable in the region since (the machine
-decided on a position read before), a move or creation of it failed (retried follows that),
-or the replica no longer leads."""
+machine applies since, unless its user changed a durable in the region since its machine
+last read them (it decided on a position read before), a move or creation of it failed
+(retried follows that), or the replica no longer leads."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ class Applied:
         self._owed: tuple[int, int, int] | None = None
         """The position accepted, the user's changes then, the current reads applied since."""
 
-    def asked(self, machine: StreamMachine, outputs: list[Output]) -> None:
+    def asked(self, machine: StreamMachine, outputs: list[Output], changes: int) -> None:
+        """`changes`: the user's changes in the region as its machine last read them (one
+        it has not read since excuses it)."""
         for o in outputs:
             if (
                 isinstance(o, UpdateApplied)
@@ -38,7 +40,7 @@ class Applied:
                 and o.position is not None
                 and machine.is_leader
             ):
-                self._owed = (o.position, self._checks.user_changes[self._region], 0)
+                self._owed = (o.position, changes, 0)
 
     def failed(self) -> None:
         self._owed = None

@@ -329,7 +329,8 @@ class Replica:
     def asked(self, machine: StreamMachine, outputs: list[Output]) -> None:
         self.fencing.asked(machine, outputs)
         self._checks.coverage.accepted(self._region, machine, outputs, self._checks.unconsumed)
-        self.applied.asked(machine, outputs)
+        changes = self._checks.user_changes[self._region]
+        self.applied.asked(machine, outputs, min(changes, self._applied))
         for o in outputs:
             if isinstance(o, SubscriptionAction):
                 self._owed.pop(o.subscription, None)
