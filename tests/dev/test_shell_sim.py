@@ -737,9 +737,15 @@ def test_the_checker_catches_a_runtime_reading_its_stream_wrong(
 
 def _healed(seed: int) -> ShellParams:
     """A healed end after chaos that cuts regions off (snapshot attempts time out), short
-    snapshot timeouts, no failover or outage (every region live)."""
+    snapshot timeouts and leases (a shorter end), no failover or outage (every region
+    live)."""
     return dataclasses.replace(
-        _drawn(seed), partitions=True, timeout_ms=1_500, failover_ms=0, outage_ms=0
+        _drawn(seed),
+        partitions=True,
+        timeout_ms=1_500,
+        lease_ttl_ms=1_000,
+        failover_ms=0,
+        outage_ms=0,
     ).with_healed_end()
 
 
