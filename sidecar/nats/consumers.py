@@ -88,6 +88,8 @@ class Positions:
     sources: Mapping[str, int | None] = field(default_factory=dict)
     # When the stream's current leader was elected (Unix ms; None when not reported).
     leader_since_ms: int | None = None
+    # The stream's first sequence, read with `last_seq` (0: not reported).
+    first_seq: int = 0
 
 
 def leader_since_ms(info: Mapping[str, Any]) -> int | None:
@@ -256,6 +258,7 @@ class PositionReader:
             receiving,
             sources_heard(stream_info),
             leader_since_ms(stream_info),
+            int(stream_info["state"].get("first_seq", 0)),
         )
 
     async def _list(self, port: JetStreamPort) -> tuple[list[dict[str, Any]], list[str]]:

@@ -92,3 +92,6 @@ class PositionsListing:
     leader_age_ms: int | None = None
     """How long ago the read stream's current leader was elected (`cluster.leader_since`),
     None when the server does not say."""
+    first_seq: int = 0
+    """The read stream's first sequence, read with `last_seq` (0: not known): below it the
+    stream removed its messages (limits, purges), and a durable's floor follows by itself."""

@@ -155,6 +155,7 @@ class StreamMachine:
         self._return: _Return | None = None
         self._owed: list[Response] = []
         self._active_until = 0  # when the last region counting as consuming stops counting
+        self._first_seq = 0  # the read stream's first sequence as last listed
 
     @classmethod
     def restore(
@@ -289,6 +290,7 @@ class StreamMachine:
         it), then the positions."""
         # Before anything below asks for a move. A leader's first read is its baseline: the
         # moves of the leader before it look like consumption from a follower's reads.
+        self._first_seq = max(self._first_seq, listing.first_seq)
         if self._leader and not self._first_listing:
             for name, position in listing.positions.items():
                 sub = self._subs.get(name)
@@ -970,7 +972,9 @@ class StreamMachine:
         durable follows the stream's end over markers)."""
         if sub.mark_delete is None:
             return False
-        before = max(sub.mark_delete, sub.moved_to)
+        # A floor that followed the stream's removals (limits, purges) moved over nothing
+        # consumed: only data at or above the first stored message counts.
+        before = max(sub.mark_delete, sub.moved_to, self._first_seq - 1)
         if position <= before or not sub.info.replicated or before < self._index.trimmed_through:
             return False
         return self._index.vector_at(position) != self._index.vector_at(before)

@@ -87,6 +87,7 @@ class LocalSubscriptions:
             follows_end,
             sources,
             None if since is None else max(0, self.read_ms - since),
+            read.first_seq,
         )
         return self._last
 
@@ -102,6 +103,7 @@ class LocalSubscriptions:
             last.follows_end,
             last.sources,
             last.leader_age_ms,
+            last.first_seq,
         )
 
     def cursor_stored(self, subscription: str, value: int) -> int:

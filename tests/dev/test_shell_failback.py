@@ -262,8 +262,28 @@ def test_seed_108_the_release_waits_for_the_data_before_the_answers() -> None:
     safety). The release now waits until the origin index reaches the data before the last
     answer counted (docs/protocol.md §7). (This run's consumed-in bound, 2305 ms, exceeds its
     window of 2000 ms, so the both-reported check has no moment to apply: not asked here.)"""
-    params = run_shell_params(108)
-    assert params.failback_ms and params.tail_lag_ms == 300
+    params = ShellParams(  # as `run_shell_params(108)` drew them when found
+        regions=2,
+        interval_ms=200,
+        max_delay_ms=10,
+        link_delay_ms=5,
+        produce_gap_ms=20,
+        consume_gap_ms=10,
+        consume_batch=20,
+        failover_ms=3000,
+        run_ms=20600,
+        calm_ms=5000,
+        lease_ttl_ms=3000,
+        crashes=True,
+        partitions=True,
+        garbage=True,
+        timeout_ms=1500,
+        tail_lag_ms=300,
+        failback_ms=4887,
+        reconnect_ms=5703,
+        both_consume=True,
+        quiet_return=True,
+    )
     result = run_shell(108, params)
     assert result.violation is None, result.report()
     assert result.stats["holds"] >= 1 and result.stats["failback_checked"] > 0, result.report()

@@ -199,3 +199,20 @@ def test_a_replayed_sign_is_not_news() -> None:
     assert consumed_in(m) == ()
     m.marker_seen(14, Marker("b", STREAM, 1, body))
     assert consumed_in(m) == ("b",)
+
+
+def test_a_floor_that_followed_the_streams_removals_is_not_consumption() -> None:
+    """Limits or a purge removed the read stream's messages up to 6: the durable's floor
+    follows by itself (JetStream moves it to the first stored message), no consumer of the
+    region passed them (the shell simulation at the edges: read_max_msgs, seed 0). Data
+    passed above the first stored message still counts."""
+    m = machine()
+    m.tick(2_000)
+    removed = PositionsListing(m.generation, SUBS, {"d": 6}, 13, False, first_seq=7)
+    # Its vector moves with the floor (nothing left there to deliver), with no sign.
+    assert not any(u.consuming for u in updates(m.read_done(removed)))
+    assert consumed_in(m) == ()
+    m.tick(3_000)
+    passed = PositionsListing(m.generation, SUBS, {"d": 8}, 13, False, first_seq=7)
+    (update,) = updates(m.read_done(passed))
+    assert update.consuming and consumed_in(m) == ("a",)

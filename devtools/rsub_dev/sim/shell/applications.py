@@ -40,18 +40,39 @@ class Applications:
         """Regions where the user deleted the durable and did not create it again."""
         self.on_fetched: list[Callable[[str, list[Delivery]], None]] = []
         """Told of every fetch that delivered, before its acks: the region, the deliveries."""
+        self._sent: dict[str, int] = dict.fromkeys(vs.regions, 0)
+        """Per region, the messages its producers sent: a producer started again (a region
+        back) goes on numbering its `Nats-Msg-Id`s, as a real one would not repeat them."""
 
     async def produce(self, region: str, until_ms: int) -> None:
         world, p = self._world, self._world.p
-        n = 0
         while world.now_ms() < until_ms:
             await asyncio.sleep(world.rng.randint(1, 2 * p.produce_gap_ms) / 1000)
             if not self._live(region):
                 return
-            n += 1
+            self._sent[region] += 1
+            msg_id = f"{region}-{self._sent[region]}"
             subject = self._vs.publish_subject(region, "x")
-            self._js.publish(subject, f"{region}-{n}".encode(), {"Nats-Msg-Id": f"{region}-{n}"})
+            ack = self._js.publish(subject, msg_id.encode(), {"Nats-Msg-Id": msg_id})
+            self._checks.written[region].append(ack.seq)
             world.stats["published"] += 1
+            if p.twins and world.rng.random() < p.twins:
+                self._twin(region, ack.seq, msg_id)
+
+    def _twin(self, region: str, seq: int, msg_id: str) -> None:
+        """The producer publishes the message again in another live region, with the same
+        `Nats-Msg-Id` (a twin)."""
+        world = self._world
+        others = [r for r in self._vs.regions if r != region and self._live(r)]
+        if not others:
+            return
+        other = world.rng.choice(others)
+        subject = self._vs.publish_subject(other, "x")
+        ack = self._js.publish(subject, msg_id.encode(), {"Nats-Msg-Id": msg_id})
+        self._checks.written[other].append(ack.seq)
+        self._checks.excuses.twins[(region, seq)] = (other, ack.seq)
+        self._checks.excuses.twins[(other, ack.seq)] = (region, seq)
+        world.stats["twins"] += 1
 
     def create_durable(self, region: str) -> None:
         read = self._vs.read_stream(region)

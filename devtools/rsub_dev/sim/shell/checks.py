@@ -8,13 +8,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rsub_dev.sim.outcome import LoopWorld
-from rsub_dev.sim.shell.ledger import Ledger
+from rsub_dev.sim.shell.applied import Applied
+from rsub_dev.sim.shell.coverage import CheckedIndex, Coverage
+from rsub_dev.sim.shell.ledger import DataId, Ledger
+from rsub_dev.sim.shell.limits import Excuses, Removals
 from rsub_dev.sim.shell.params import DURABLE, ShellParams
 from rsub_dev.simjs import ConsumerInfo, SimJetStream
 from sidecar.naming import VirtualStream
 from sidecar.nats.origin_log import data_entry
 from sidecar.protocol import (
     Action,
+    MachineConfig,
     Marker,
     MarkerIgnored,
     MarkerRejected,
@@ -28,7 +32,13 @@ from sidecar.protocol import (
 
 
 class Checks:
-    def __init__(self, world: LoopWorld[ShellParams], vs: VirtualStream, js: SimJetStream) -> None:
+    def __init__(
+        self,
+        world: LoopWorld[ShellParams],
+        vs: VirtualStream,
+        js: SimJetStream,
+        excuses: type[Excuses] = Excuses,
+    ) -> None:
         self._world = world
         self._vs = vs
         self._js = js
@@ -40,6 +50,25 @@ class Checks:
         self.ledger = Ledger(vs, js)
         self.on_update: list[Callable[[str, Update], None]] = []
         """Told of every update a sidecar publishes, as it lands (`vector`)."""
+        self.removals = Removals(vs, js)
+        self.excuses = excuses(vs, js, self.ledger, self.consumed, self.removals)
+        """Why passing a message never consumed may not be a loss (`limits`)."""
+        self.written: dict[str, list[int]] = {r: [] for r in vs.regions}
+        """Per region, the sequences of the data messages its producers wrote, in order."""
+        self.coverage = Coverage(world, self.written)
+        self.snapshot_started: dict[str, int] = {}
+        """Per region, when the latest snapshot of it published started."""
+
+    def unconsumed(self, data: DataId) -> bool:
+        """Whether `data`'s logical message (a twin's copy counts) was never consumed, and
+        no excuse (`Excuses.why`) lets it be passed."""
+        if self.excuses.consumed(data):
+            return False
+        why = self.excuses.why(data)
+        if why is None:
+            return True
+        self._world.stats["excused_" + why.split(" ", 1)[0]] += 1
+        return False
 
     def note(self, what: str) -> None:
         self._world.note(what)
@@ -69,6 +98,8 @@ class Checks:
                     f"{region}, beyond the local position {snap.local_position}"
                 )
         self._world.stats["snapshots_checked"] += 1
+        started = self.snapshot_started.get(region, -1)
+        self.snapshot_started[region] = max(started, snap.started_ms)
 
     def vector(self, region: str, update: Update) -> None:
         """Claim 1 (DESIGN §7), as a sidecar of `region` publishes an update with a progress
@@ -110,12 +141,13 @@ class Checks:
         reached = self._reached.get(region, 0)
         for msg in stream.matching(reached + 1, (vs.data_filter(),), start - 1):
             entry = data_entry(vs, msg.seq, msg.headers)
-            if self.consumed[(entry.origin, entry.origin_seq)] == 0:
+            if self.unconsumed((entry.origin, entry.origin_seq)):
                 raise world.fail(
                     f"moved over unconsumed data: {region} {how} {durable} from {start}, "
                     f"over {entry} never consumed"
                 )
         self._reached[region] = max(reached, start - 1)
+        self.excuses.stood(region, self.standing(region))
 
     def resetting(self, region: str, durable: str, start: int) -> None:
         """A reset of `durable` in `region` to deliver from `start` lands: it must not rewind
@@ -132,6 +164,11 @@ class Checks:
             )
         stream = self._js.stream(vs.read_stream(region))
         if next(stream.matching(reached + 1, (vs.data_filter(),), start - 1), None) is None:
+            if self.ledger.removed_between(region, reached, start - 1, stream.first_seq):
+                # Limits removed the data it passes since the runtime looked (under the
+                # pause): the reset was worth it then.
+                world.stats["resets_over_removed"] += 1
+                return
             raise world.fail(
                 f"over markers alone: {region} reset {durable} from {reached} to {start}"
             )
@@ -157,6 +194,8 @@ class Checks:
         answer), leader or follower, is never beyond where the durable stands; `machines`
         are (replica, region, machine, stale): a stale one (`Replica.stale`) read the
         durables before their user last changed them, and is excused."""
+        for region in self.regions:
+            self.excuses.stood(region, self.standing(region))
         for name, region, machine, stale in machines:
             view = machine.subscription(DURABLE)
             if stale or view is None or not view.exists or view.mark_delete is None:
@@ -180,7 +219,9 @@ class Checks:
         if after is None:
             return None
         entry = data_entry(self._vs, after.seq, after.headers)
-        there = self.ledger.at[home].get((entry.origin, entry.origin_seq))
+        # That very copy stored in the home: one the home dropped as a twin's duplicate is
+        # covered by its vectors only once its origin writes again (case 2).
+        there = self.ledger.stored_at(home, (entry.origin, entry.origin_seq))
         return standing if there is not None and there <= at_home else None
 
     def no_loss(self, home: str) -> None:
@@ -194,7 +235,7 @@ class Checks:
         passed = info.ack_floor.stream_seq
         for msg in self._js.stream(vs.read_stream(home)).matching(1, (vs.data_filter(),), passed):
             entry = data_entry(vs, msg.seq, msg.headers)
-            if not self.consumed[(entry.origin, entry.origin_seq)]:
+            if self.unconsumed((entry.origin, entry.origin_seq)):
                 raise self._world.fail(f"loss: {entry} in {home} never consumed")
 
 
@@ -266,7 +307,11 @@ class Replica:
         self, world: LoopWorld[ShellParams], checks: Checks, name: str, region: str
     ) -> None:
         self.fencing = Fencing(world, name, region)
+        self.applied = Applied(world, checks, name, region)
         self.name = name
+        self.world = world
+        self.checks = checks
+        self.region = region
         self._world = world
         self._checks = checks
         self._name = name
@@ -287,12 +332,16 @@ class Replica:
 
     def asked(self, machine: StreamMachine, outputs: list[Output]) -> None:
         self.fencing.asked(machine, outputs)
+        self._checks.coverage.accepted(self._region, machine, outputs, self._checks.unconsumed)
+        changes = self._checks.user_changes[self._region]
+        self.applied.asked(machine, outputs, min(changes, self._applied))
         for o in outputs:
             if isinstance(o, SubscriptionAction):
                 self._owed.pop(o.subscription, None)
 
     def failed(self, machine: StreamMachine, action: SubscriptionAction) -> None:
         """Its machine was told `action` failed: owed, while it leads."""
+        self.applied.failed()
         if machine.is_leader:
             changes = self._checks.user_changes[self._region]
             self._owed[action.subscription] = (action, min(changes, self._applied), 0)
@@ -305,6 +354,7 @@ class Replica:
         unless the copy got there by itself (a reply lost), its user changed a durable in
         its region since (the machine then forgets one deleted: the next update creates it
         again), or it no longer leads."""
+        self.applied.read(machine, current)
         if not current:
             return
         self._applied = self.listed
@@ -355,4 +405,10 @@ def checked(factory: type[StreamMachine], replica: Replica) -> type[StreamMachin
 
         return inputs
 
-    return type(f"Checked{factory.__name__}", (factory,), {n: wrap(n) for n in _INPUTS})
+    def init(machine: StreamMachine, config: MachineConfig) -> None:
+        factory.__init__(machine, config)
+        # Fed data through its index, whatever input feeds it (not data).
+        machine._index = CheckedIndex(replica.world, replica.checks.ledger, replica.region)
+
+    methods: dict[str, Any] = {n: wrap(n) for n in _INPUTS}
+    return type(f"Checked{factory.__name__}", (factory,), methods | {"__init__": init})

@@ -68,12 +68,51 @@ class Ledger:
         prefix = self._prefix.setdefault((x, a), [])
         stored, at = self.stored[x], self.at[a]
         while len(prefix) < len(stored) and stored[len(prefix)][0] <= p:
-            where = at.get(stored[len(prefix)][1])
+            data = stored[len(prefix)][1]
+            where = at.get(data)
             if where is None:
-                return None
+                if not self.never_reaches(a, data):
+                    return None
+                where = 0  # its write stream removed it first: the claim is over what reaches
             prefix.append(max(prefix[-1] if prefix else 0, where))
         k = bisect_right(stored, p, hi=len(prefix), key=lambda e: e[0])
         return prefix[k - 1] if k else 0
+
+    def never_reaches(self, region: str, data: DataId) -> bool:
+        """Whether `data` will never reach `region`'s read stream: not there, and its write
+        stream removed it (or the link passed it without carrying it)."""
+        origin, seq = data
+        if data in self.at[region]:
+            return False
+        link = self._js.link(self._vs.read_stream(region), self._vs.write_stream(origin))
+        return link.taken >= seq or self._js.stream(self._vs.write_stream(origin)).first_seq > seq
+
+    def removed_between(self, region: str, after: int, last: int, first_seq: int) -> bool:
+        """Whether `region`'s read stream stored data in (after, last] that is gone now (below
+        its `first_seq`)."""
+        stored = self.stored[region]
+        k = bisect_right(stored, after, key=lambda e: e[0])
+        return k < len(stored) and stored[k][0] <= last and stored[k][0] < first_seq
+
+    def data_at(self, region: str, read_seq: int) -> DataId | None:
+        """The data message `region`'s read stream stored at `read_seq` (None: none)."""
+        stored = self.stored[region]
+        k = bisect_right(stored, read_seq, key=lambda e: e[0]) - 1
+        return stored[k][1] if k >= 0 and stored[k][0] == read_seq else None
+
+    def stored_at(self, region: str, data: DataId) -> int | None:
+        """Where `region`'s read stream stored `data` itself (None: not stored, or dropped
+        as a duplicate of a copy stored elsewhere in it)."""
+        landed = self._landed[(data[0], region)]
+        k = bisect_right(landed.origin_seqs, data[1]) - 1
+        return landed.read_seqs[k] if k >= 0 and landed.origin_seqs[k] == data[1] else None
+
+    def next_landed(self, region: str, origin: str, origin_seq: int) -> int | None:
+        """Where `region`'s read stream stored the first data message of `origin` above
+        `origin_seq` (None: none yet)."""
+        landed = self._landed[(origin, region)]
+        k = bisect_right(landed.origin_seqs, origin_seq)
+        return landed.read_seqs[k] if k < len(landed.read_seqs) else None
 
     def next_data(self, region: str, origin: str, position: int) -> int:
         """The origin sequence of the first data message of `origin` that `region`'s read

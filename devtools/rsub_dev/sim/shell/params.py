@@ -28,7 +28,8 @@ class ShellParams:
     failover_ms: int = 6_000
     run_ms: int = 14_000
     calm_ms: int = 5_000
-    """The end of the run without chaos (the producers stop `calm_ms - 1_000` before it)."""
+    """The end of the run without chaos (the producers stop `calm_ms - 1_000` before it,
+    later in a healed end)."""
     lease_ttl_ms: int = 3_000
     replicas: int = 1
     """Sidecar replicas per region, sharing the streams' leadership (`ShardLeases`)."""
@@ -65,6 +66,27 @@ class ShellParams:
     then on): with three
     regions no snapshot completes meanwhile, only progress vectors move the copies. Needs
     three regions and no failover (0: none)."""
+    write_max_age_ms: int = 0
+    """Write streams remove messages this old, sourced everywhere or not (0: no limit)."""
+    read_max_age_ms: int = 0
+    """Read streams remove messages this old, consumed or not (0: no limit)."""
+    write_max_msgs: int = 0
+    """Write streams keep at most this many messages, markers counted (0: no limit)."""
+    read_max_msgs: int = 0
+    """Read streams keep at most this many messages, markers counted (0: no limit)."""
+    purges: bool = False
+    """Operators purge a read or write stream (all of it, or all but its last messages)."""
+    twins: float = 0.0
+    """Of the messages a producer publishes: the fraction it publishes again in another
+    region with the same `Nats-Msg-Id` (a twin; read streams store the first copy to arrive
+    within their de-duplication window)."""
+    moves: bool = False
+    """The durable's application moves to another live region at a drawn time and back
+    later, every region up (`moves`). Needs no failover and no outage."""
+    healed: bool = False
+    """The calm end of the run is healed: no failing request, every link up, every sidecar
+    of a live region running; then every live region holding the durable completes a
+    snapshot and every copy of it away from its home advances or is created (liveness)."""
 
     failback_ms: int = 0
     """When the home region lost at `failover_ms` comes back (0: never; docs/protocol.md §7):
@@ -104,6 +126,8 @@ class ShellParams:
 
     @property
     def produce_until_ms(self) -> int:
+        if self.healed:  # on into the healed end, for its liveness to be seen
+            return max(self.run_ms - self.vector_window_ms - self.lease_ttl_ms, self.heal_at_ms)
         return self.run_ms - self.calm_ms + 1_000
 
     @property
@@ -114,12 +138,21 @@ class ShellParams:
         interval each, requests delayed), and slack."""
         return 6 * self.interval_ms + 2 * self.link_delay_ms + 20 * self.max_delay_ms + 1_000
 
+    @property
+    def heal_at_ms(self) -> int:
+        """When a healed end begins (`healed`): with the calm end, after a failover, and a
+        second after an outage ends (its region's sidecars started again meanwhile)."""
+        outage_end = OUTAGE_AT_MS + self.outage_ms + 1_000 if self.outage_ms else 0
+        return max(self.run_ms - self.calm_ms, self.failover_ms, outage_end)
+
     def __post_init__(self) -> None:
         if self.outage_ms and (self.regions != 3 or self.failover_ms):
             raise ValueError(
                 f"an outage needs 3 regions and no failover, got {self.regions} regions, "
                 f"failover_ms={self.failover_ms}"
             )
+        if self.moves and (self.failover_ms or self.outage_ms):
+            raise ValueError("moves of the application need no failover and no outage")
         if self.outage_ms and OUTAGE_AT_MS + self.outage_ms > self.produce_until_ms:
             raise ValueError(f"an outage of {self.outage_ms} ms ends after the producers stop")
         if self.failback_ms and not 0 < self.failover_ms < self.failback_ms < self.run_ms:
@@ -134,7 +167,7 @@ class ShellParams:
 
     @classmethod
     def draw(cls, rng: random.Random) -> ShellParams:
-        return cls(
+        drawn = cls(
             regions=rng.randint(2, 3),
             interval_ms=rng.choice([100, 200, 500]),
             max_delay_ms=rng.choice([0, 2, 10, 40]),
@@ -154,6 +187,7 @@ class ShellParams:
             deletions=rng.random() < 0.25,
             tail_lag_ms=rng.choice([0, 0, 0, 100, 300]),
         ).with_outage(rng)
+        return drawn.with_edges(rng)
 
     def with_outage(self, rng: random.Random) -> ShellParams:
         """A quarter of the runs that can have one (three regions, no failover) get an
@@ -190,3 +224,31 @@ class ShellParams:
         the window after it (the answers of the others applied first), never a move's pause."""
         hold_ms = reconnect_ms + 2_000 + self.failback_window_ms + 2_000
         return hold_ms + 1 if hold_ms == MOVE_PAUSE_MS else hold_ms
+
+    def with_edges(self, rng: random.Random) -> ShellParams:
+        """What real servers, operators and producers do besides (`limits`, twins), each in
+        some runs: limits by age on write and read streams in a fifth each, by count in a
+        tenth each (sized above what a region writes in a second, or markers would go before
+        the sidecars read them), purges in a sixth, twins in a quarter; a healed end in
+        half, long enough for the liveness it checks; the application moving away and back
+        in two fifths of those without a failover or an outage."""
+        burst = 1_000 // self.produce_gap_ms + 10
+        drawn = self.with_healed_end() if rng.random() < 0.5 else self
+        return dataclasses.replace(
+            drawn,
+            write_max_age_ms=rng.randint(1_000, 3_000) if rng.random() < 0.2 else 0,
+            read_max_age_ms=rng.randint(1_500, 4_000) if rng.random() < 0.2 else 0,
+            write_max_msgs=burst + rng.randint(10, 300) if rng.random() < 0.1 else 0,
+            read_max_msgs=self.regions * burst + rng.randint(40, 400) if rng.random() < 0.1 else 0,
+            purges=rng.random() < 0.16,
+            twins=rng.uniform(0.05, 0.3) if rng.random() < 0.25 else 0.0,
+            moves=not (self.failover_ms or self.outage_ms) and rng.random() < 0.4,
+        )
+
+    def with_healed_end(self) -> ShellParams:
+        """A healed end (`healed`), the calm end made long enough for the liveness it checks
+        (`healing`): two windows and two leases, and a second."""
+        calm = max(self.calm_ms, 2 * (self.vector_window_ms + self.lease_ttl_ms) + 1_000)
+        return dataclasses.replace(
+            self, healed=True, run_ms=self.run_ms + calm - self.calm_ms, calm_ms=calm
+        )

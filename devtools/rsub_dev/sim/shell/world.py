@@ -8,12 +8,15 @@ request and reply delayed, sourcing between regions delayed. Applications publis
 region and consume one replicated durable in its home region, whose users reset and delete
 it; sidecars crash, freeze, lag; regions are cut off, or one is out for long (`_outage`); at
 `failover_ms` the home region is lost (its sidecars stopped, its sourcing cut) and the
-application continues in the next region. Everything comes from one seed.
+application continues in the next region, or it moves away and back with every region up
+(`moves`). Streams have limits and are purged, producers publish twins (`limits`); the end
+may be healed (`healing`). Everything comes from one seed.
 
-Checked as the run goes (docs/simulation.md lists them): moved only over consumed data,
-never rewound nor over markers alone, reported, snapshot safety, claim 1, fencing and
-retried (`checks`, each replica's `checks.Replica`), vector liveness from an outage on
-(`_vector_liveness`); no loss at the end.
+Checked as the run goes (docs/simulation.md lists them): moved only over consumed data (or
+excused: `limits.Excuses`), never rewound nor over markers alone, reported, snapshot safety,
+claim 1, fencing, retried and applied (`checks`, each replica's `checks.Replica`), covered
+means consumed and not data (`coverage`), vector liveness from an outage on
+(`_vector_liveness`); no loss at the end, liveness once healed.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
 from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
 from rsub_dev.sim.shell.failback import Failback
+from rsub_dev.sim.shell.healing import healed_end
+from rsub_dev.sim.shell.limits import Excuses, stream_limits
+from rsub_dev.sim.shell.moves import application_moves
 from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, DURABLE, OUTAGE_AT_MS, STREAM, ShellParams
 from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
 from rsub_dev.simjs import (
@@ -53,8 +59,11 @@ class ShellWorld(LoopWorld[ShellParams]):
         driver_factory: Callable[..., StreamDriver] = StreamDriver,
         machine_factory: type[StreamMachine] = StreamMachine,
         trace_len: int = 80,
+        excuses: type[Excuses] = Excuses,
     ) -> None:
         super().__init__(seed, params, trace_len)
+        self.excuses = excuses
+        """What the checks excuse (a broken one, in the checker's own tests)."""
         self.driver_factory = driver_factory
         self.failback = Failback(self)
         self.machine_factory = self.failback.observed(machine_factory)
@@ -83,6 +92,27 @@ class ShellWorld(LoopWorld[ShellParams]):
         assert self._checks is not None
         return self._checks
 
+    @property
+    def home(self) -> str:
+        """The durable's home region now."""
+        return self._home
+
+    @home.setter
+    def home(self, region: str) -> None:
+        self._home = region
+
+    @property
+    def live(self) -> set[str]:
+        """The regions not lost."""
+        return set(self._live)
+
+    @property
+    def sidecars(self) -> list[Sidecar]:
+        return list(self._sidecars)
+
+    async def start(self, sidecar: Sidecar) -> None:
+        await self._start(sidecar)
+
     # ---- the regions --------------------------------------------------------------------
 
     def _topology(self) -> None:
@@ -90,7 +120,10 @@ class ShellWorld(LoopWorld[ShellParams]):
         for r in vs.regions:
             js.stream_create(
                 StreamConfig(
-                    vs.write_stream(r), (vs.data_subject(r), vs.marker_subject(r)), placement=r
+                    vs.write_stream(r),
+                    (vs.data_subject(r), vs.marker_subject(r)),
+                    placement=r,
+                    **stream_limits(self.p, read=False),
                 )
             )
         for r in vs.regions:
@@ -108,9 +141,11 @@ class ShellWorld(LoopWorld[ShellParams]):
                 StreamConfig(
                     vs.read_stream(r),
                     (vs.snapshot_subject(r),),
-                    duplicate_window_ms=DEDUP_WINDOW_MS,
+                    # The server refuses a window longer than the streams' max age.
+                    duplicate_window_ms=min(DEDUP_WINDOW_MS, self.p.read_max_age_ms or 2**62),
                     sources=sources,
                     placement=r,
+                    **stream_limits(self.p, read=True),
                 )
             )
             js.kv_bucket_create(f"rsub-{r}", placement=r)
@@ -162,6 +197,7 @@ class ShellWorld(LoopWorld[ShellParams]):
                     ("freeze", p.freezes),
                     ("reset", p.resets),
                     ("delete", p.deletions),
+                    ("purge", p.purges),
                 )
                 if on
             ]
@@ -177,6 +213,8 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.apps.replay(self._home)
             elif kind == "delete":
                 await self.apps.delete(rng.choice(sorted(self._live)))
+            elif kind == "purge":
+                self.checks.removals.purge_some(self, sorted(self._live))
             elif kind == "freeze":
                 # A leader when there is one: a follower's pause changes little.
                 running = [s for s in self._sidecars if s.region in self._live]
@@ -298,7 +336,7 @@ class ShellWorld(LoopWorld[ShellParams]):
         loop = asyncio.get_running_loop()
         self._js = SimJetStream(LoopClock(loop), rng=random.Random(self.seed ^ 0x5EA))
         net = SimNet(self._js, self.rng, self.p.max_delay_ms, self.p.tail_lag_ms)
-        checks = self._checks = Checks(self, self.vs, self._js)
+        checks = self._checks = Checks(self, self.vs, self._js, self.excuses)
         apps = self._apps = Applications(
             self, self.vs, net, checks, self._live.__contains__, lambda: self._home
         )
@@ -329,7 +367,12 @@ class ShellWorld(LoopWorld[ShellParams]):
                 chaos_until = OUTAGE_AT_MS
                 tasks.append(loop.create_task(self._outage()))
                 tasks.append(loop.create_task(self._vector_liveness()))
-            tasks.append(loop.create_task(self._chaos(chaos_until)))
+            chaos = loop.create_task(self._chaos(chaos_until))
+            tasks.append(chaos)
+            if self.p.healed:
+                tasks.append(loop.create_task(healed_end(self, chaos)))
+            if self.p.moves:
+                tasks.append(loop.create_task(application_moves(self, tasks)))
             tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
             if self.p.failover_ms:
                 if await self.until(self.p.failover_ms):
