@@ -326,14 +326,13 @@ def test_soak_seed_821305039233_the_hold_ends_once_sourcing_resumed() -> None:
     assert result.violation is None, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="found by make soak, not triaged yet: see the docstring")
 def test_soak_seed_92728154785_no_consuming_sign_after_a_users_deletion() -> None:
     """Found by `make soak` (seed 92728154785): the user deleted the durable in its home r0
     at 2,238 ms, after r0's application had consumed to 21 at 2,182 ms; r0's machine took
     its consumers' sign at 2,420 ms though nothing was consumed there since its read at
-    2,220 ms (consumed in). It needs the deletion and the twins (the same seed passes without
-    either; without the read streams' age limit it still fails). Whether the machine or the
-    check is wrong is not known yet: a false sign only raises the two-regions warning."""
+    2,220 ms (consumed in). The check was wrong: the listing at 2,420 ms no longer held the
+    deleted durable, the machine forgot it and its sign, and the check took the sign's going
+    (None) for a new one. Only a sign taken counts now."""
     params = ShellParams(
         regions=3,
         interval_ms=200,

@@ -403,8 +403,9 @@ class Failback:
         """After an input that may take the sign (`sign`: as it was before): one taken only
         over consumption there since the machine's previous positions read."""
         world, region = self._world, machine.config.region
-        if self._sign(machine) == sign:
-            return
+        taken = self._sign(machine)
+        if taken is None or taken == sign:
+            return  # none taken (a subscription deleted forgets its signs), or the same
         now, previous = world.now_ms(), self._listed_ms.get(machine, 0)
         if not self._consumed_since(region, previous - self._read_slack_ms):
             raise world.fail(
