@@ -51,6 +51,10 @@ def port_block(environ: Mapping[str, str] = os.environ) -> range:
     if not worker.startswith("gw"):
         return space
     index, count = int(worker.removeprefix("gw")), int(environ["PYTEST_XDIST_WORKER_COUNT"])
+    # xdist numbers the worker that replaces a crashed one on (`gw3` of 3): it takes the
+    # block of a worker whose number it shares modulo the count (the crashed one's, or one
+    # whose ports the bind check and the random pick keep apart).
+    index %= count
     size = len(space) // count
     return space[index * size : (index + 1) * size]
 

@@ -31,6 +31,16 @@ def test_the_workers_blocks_are_disjoint_and_below_the_ephemeral_range(count: in
     assert everything.stop <= ports._ephemeral_first()
 
 
+def test_a_worker_replacing_a_crashed_one_gets_a_whole_block() -> None:
+    """xdist numbers a replacement worker on (`gw3` of 3 after a crash): it takes the block
+    of its number modulo the count, not an empty range past the last (a CI run where one
+    crashed worker's successor failed 121 tests with "no free ports in 32767-32767")."""
+    blocks = [port_block(env) for env in workers(3)]
+    for index in (3, 4, 7):
+        env = {"PYTEST_XDIST_WORKER": f"gw{index}", "PYTEST_XDIST_WORKER_COUNT": "3"}
+        assert port_block(env) == blocks[index % 3]
+
+
 def test_two_workers_never_hand_out_the_same_port(monkeypatch: pytest.MonkeyPatch) -> None:
     handed: list[set[int]] = []
     for env in workers(2):
