@@ -94,6 +94,7 @@ class _Return:
     # read: the data the answering regions' updates call for lies at or below it, so the
     # origin index must reach it before the positions it gives are final.
     data_high: int = 0
+    answered_ms: int = 0  # when the last answer counted was read
 
 
 @dataclass(slots=True)
@@ -655,6 +656,7 @@ class StreamMachine:
             # and the data before it lies at or below `_data_high` (gaps between markers).
             held.waiting.discard(responder)
             held.data_high = max(held.data_high, self._data_high)
+            held.answered_ms = self._now
             if not held.waiting:
                 self._want_read(ReadReason.CATCH_UP)
         attempt = self._pending
@@ -920,9 +922,12 @@ class StreamMachine:
         held = self._return
         if held is None or held.waiting:
             return []
-        if self._index.indexed_through < held.data_high:
+        lag_ms = self._now - held.answered_ms
+        if self._index.indexed_through < held.data_high and lag_ms < self.config.active_window_ms:
             # The data tail lags the markers: positions from the index are not final yet
-            # (shell simulation seed 108). Read again once it has caught up.
+            # (shell simulation seed 108). Read again once it has caught up, for ten
+            # intervals at most: a gap between markers may also be a message the data tail
+            # never indexes (another subject, one removed meanwhile), and the hold must end.
             self._want_read(ReadReason.CATCH_UP)
             return []
         done: list[str] = []

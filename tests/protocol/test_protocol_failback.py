@@ -339,3 +339,25 @@ def test_a_stream_whose_leader_is_older_than_the_hold_is_not_returning() -> None
     regions = ("a", "b", "c")
     out = lead(machine("a", regions), 0, {"b": 200, "c": None}, leader_age_ms=HOLD_MS)
     assert not [o for o in out if isinstance(o, HoldConsumer)]
+
+
+def test_a_gap_the_data_tail_never_indexes_holds_ten_intervals_at_most() -> None:
+    """A gap between markers may be a message the data tail never indexes (another subject,
+    one removed meanwhile): the release waits for the index ten intervals at most."""
+    b = machine("b")
+    b.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 14)])
+    (update,) = published(lead(b, 13, {"a": 100}))
+    a = machine("a")
+    lead(a, 10, SILENT)
+    request = catch_up_request(a.interval(1_600, 12))
+    b.marker_seen(14, request)
+    b.interval(1_700, 14)
+    (response,) = published(b.read_done(listing(b, 13, {"a": 100})))
+    a.marker_seen(14, update)
+    a.marker_seen(15, response)  # read at 1,600: 11-13 are never indexed here
+    a.interval(1_800, 15)
+    assert not [o for o in a.read_done(listing(a, 10, {"b": 50})) if isinstance(o, ReleaseConsumer)]
+    a.interval(11_500, 15)
+    assert not [o for o in a.read_done(listing(a, 10, {"b": 50})) if isinstance(o, ReleaseConsumer)]
+    assert reads(a.interval(11_600, 15)) == [ReadReason.CATCH_UP]
+    assert ReleaseConsumer("d") in a.read_done(listing(a, 10, {"b": 50}))
