@@ -254,6 +254,30 @@ def test_seed_6_two_regions_consuming_at_once_are_both_reported() -> None:
     _passes(6, _both(6))
 
 
+SEED_108 = ShellParams(  # as `run_shell_params(108)` drew them when found
+    regions=2,
+    interval_ms=200,
+    max_delay_ms=10,
+    link_delay_ms=5,
+    produce_gap_ms=20,
+    consume_gap_ms=10,
+    consume_batch=20,
+    failover_ms=3000,
+    run_ms=20600,
+    calm_ms=5000,
+    lease_ttl_ms=3000,
+    crashes=True,
+    partitions=True,
+    garbage=True,
+    timeout_ms=1500,
+    tail_lag_ms=300,
+    failback_ms=4887,
+    reconnect_ms=5703,
+    both_consume=True,
+    quiet_return=True,
+)
+
+
 def test_seed_108_the_release_waits_for_the_data_before_the_answers() -> None:
     """Found by `run_shell`'s own draw (seed 108: tails lagging up to 300 ms, a quiet
     return): r0 read r1's catch-up answer at 795 while its data tail had indexed the read
@@ -262,31 +286,26 @@ def test_seed_108_the_release_waits_for_the_data_before_the_answers() -> None:
     safety). The release now waits until the origin index reaches the data before the last
     answer counted (docs/protocol.md §7). (This run's consumed-in bound, 2305 ms, exceeds its
     window of 2000 ms, so the both-reported check has no moment to apply: not asked here.)"""
-    params = ShellParams(  # as `run_shell_params(108)` drew them when found
-        regions=2,
-        interval_ms=200,
-        max_delay_ms=10,
-        link_delay_ms=5,
-        produce_gap_ms=20,
-        consume_gap_ms=10,
-        consume_batch=20,
-        failover_ms=3000,
-        run_ms=20600,
-        calm_ms=5000,
-        lease_ttl_ms=3000,
-        crashes=True,
-        partitions=True,
-        garbage=True,
-        timeout_ms=1500,
-        tail_lag_ms=300,
-        failback_ms=4887,
-        reconnect_ms=5703,
-        both_consume=True,
-        quiet_return=True,
-    )
+    params = SEED_108
     result = run_shell(108, params)
     assert result.violation is None, result.report()
     assert result.stats["holds"] >= 1 and result.stats["failback_checked"] > 0, result.report()
+
+
+class ReleasesBeforeItsDataTail(StreamMachine):
+    """Releases once the answers are read, whatever its data tail has indexed (the rule
+    seed 108 called for, left out)."""
+
+    def _end_holds(self) -> list[Output]:
+        if self._return is not None:
+            self._return.data_high = 0
+        return super()._end_holds()
+
+
+def test_the_shell_world_catches_a_release_before_the_data_tail() -> None:
+    result = run_shell(108, SEED_108, machine_factory=ReleasesBeforeItsDataTail)
+    assert result.violation is not None
+    assert result.violation.startswith("failback safety:"), result.report()
 
 
 @pytest.mark.xfail(strict=True, reason="found by make soak, not fixed yet: see the docstring")

@@ -29,6 +29,7 @@ from sidecar.protocol import (
     CreateConsumer,
     CreateCursor,
     Output,
+    PositionsListing,
     StreamMachine,
     SubscriptionAction,
 )
@@ -660,17 +661,32 @@ def test_the_checker_tells_edge_cases_from_loss(
 def test_the_real_runtime_keeps_every_property_at_the_edges() -> None:
     """What the checker's tests above find a loss in with narrower excuses, the real
     runtime passes with the documented ones: every edge at once (one seed in `make test`)."""
-    params = _edge(
-        twins=0.3,
-        write_max_age_ms=1_000,
-        read_max_msgs=60,
-        purges=True,
-        partitions=True,
-    )
     for seed in range(max(1, SEEDS // 2)):
-        result = run_shell(seed, params(seed))
+        result = run_shell(seed, _every_edge(seed))
         assert result.violation is None, result.report()
         assert result.stats["twins"] and result.stats["excused_removed"], result.stats
+
+
+_every_edge = _edge(
+    twins=0.3, write_max_age_ms=1_000, read_max_msgs=60, purges=True, partitions=True
+)
+
+
+class CountsRemovedMessages(StreamMachine):
+    """Takes a floor that followed the read stream's removals for consumption (the rule the
+    edges' seed 0 called for, `PositionsListing.first_seq`, left out)."""
+
+    def positions_listed(self, listing: PositionsListing) -> list[Output]:
+        return super().positions_listed(dataclasses.replace(listing, first_seq=0))
+
+
+def test_the_simulation_catches_removals_taken_for_consumption() -> None:
+    for seed in range(CHECKER_BUDGET):
+        result = run_shell(seed, _every_edge(seed), machine_factory=CountsRemovedMessages)
+        if result.violation is not None:
+            assert result.violation.startswith("consumed in:"), result.report()
+            return
+    pytest.fail(f"CountsRemovedMessages not caught in {CHECKER_BUDGET} seeds")
 
 
 # test_protocol_sim.py's HomeOnlyRemoval (a removal counted as passed only under the home's
