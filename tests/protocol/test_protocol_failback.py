@@ -143,6 +143,23 @@ def test_only_replicated_durables_are_held_and_a_zero_hold_turns_the_guard_off()
     assert not [o for o in lead(off, 0, SILENT) if isinstance(o, HoldConsumer)]
 
 
+def answered(consumed: int, a_at: int = 0) -> tuple[StreamMachine, Marker, Marker]:
+    """Region a returned (its durable at `a_at`, held) and asked; b, its durable at
+    `consumed` (its own data beyond 10 indexed), published its update, read a's catch-up
+    request and answered: a, and b's update and answer, not read by a yet."""
+    b = machine("b")
+    b.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, consumed + 1)])
+    (update,) = published(lead(b, consumed, {"a": 100}))
+    a = machine("a")
+    lead(a, a_at, SILENT)
+    request = catch_up_request(a.interval(1_600, 12))
+    at = max(13, consumed + 1)
+    b.marker_seen(at, request)
+    b.interval(1_700, at)
+    (response,) = published(b.read_done(listing(b, consumed, {"a": 100})))
+    return a, update, response
+
+
 def test_an_answer_to_a_catch_up_request_follows_the_progress_read_after_it() -> None:
     b = machine("b")
     lead(b, 10, {"a": 100})  # its vector {b: 10} goes out now ...
@@ -162,14 +179,7 @@ def test_an_answer_to_a_catch_up_request_follows_the_progress_read_after_it() ->
 
 
 def test_the_hold_ends_once_every_region_answered_and_the_move_it_asked_for_is_done() -> None:
-    b = machine("b")
-    (update,) = published(lead(b, 10, {"a": 100}))  # b's progress, sent before the request
-    a = machine("a")
-    lead(a, 0, SILENT)
-    request = catch_up_request(a.interval(1_600, 12))
-    b.marker_seen(13, request)
-    b.interval(1_700, 13)
-    (response,) = published(b.read_done(listing(b, 10, {"a": 100})))
+    a, update, response = answered(10)  # b's progress, sent before the request
     markers_at(a, 11, 12, 13)
     a.marker_seen(14, update)
     out = a.marker_seen(15, response)
@@ -192,15 +202,7 @@ def test_the_release_waits_for_the_origin_index_to_reach_the_data_before_the_ans
     proves b's update was read, not that the index holds those messages, and positions from
     an index short of them would release the durable before b's backlog (the shell
     simulation's seed 108, tests/dev/test_shell_failback.py)."""
-    b = machine("b")
-    b.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 14)])
-    (update,) = published(lead(b, 13, {"a": 100}))  # b consumed through its 13th
-    a = machine("a")
-    lead(a, 0, SILENT)
-    request = catch_up_request(a.interval(1_600, 12))
-    b.marker_seen(14, request)
-    b.interval(1_700, 14)
-    (response,) = published(b.read_done(listing(b, 13, {"a": 100})))
+    a, update, response = answered(13)  # b consumed through its 13th
     a.marker_seen(14, update)  # b's data at 11-13 came before: a gap, not yet indexed
     a.marker_seen(15, response)
     a.interval(1_800, 15)
@@ -227,14 +229,7 @@ def test_a_region_still_consuming_does_not_keep_the_hold() -> None:
     not what later updates call for: b consuming on (an application left running there)
     would otherwise ask for a move at every read, and no read would find none in flight
     (the shell simulation's seed 2 of `_back`, tests/dev/test_shell_failback.py)."""
-    b = machine("b")
-    (update,) = published(lead(b, 10, {"a": 100}))
-    a = machine("a")
-    lead(a, 0, SILENT)
-    request = catch_up_request(a.interval(1_600, 12))
-    b.marker_seen(13, request)
-    b.interval(1_700, 13)
-    (response,) = published(b.read_done(listing(b, 10, {"a": 100})))
+    a, update, response = answered(10)
     markers_at(a, 11, 12, 13)
     a.marker_seen(14, update)
     a.marker_seen(15, response)
@@ -344,15 +339,7 @@ def test_a_stream_whose_leader_is_older_than_the_hold_is_not_returning() -> None
 def test_a_gap_the_data_tail_never_indexes_holds_ten_intervals_at_most() -> None:
     """A gap between markers may be a message the data tail never indexes (another subject,
     one removed meanwhile): the release waits for the index ten intervals at most."""
-    b = machine("b")
-    b.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 14)])
-    (update,) = published(lead(b, 13, {"a": 100}))
-    a = machine("a")
-    lead(a, 10, SILENT)
-    request = catch_up_request(a.interval(1_600, 12))
-    b.marker_seen(14, request)
-    b.interval(1_700, 14)
-    (response,) = published(b.read_done(listing(b, 13, {"a": 100})))
+    a, update, response = answered(13, a_at=10)
     a.marker_seen(14, update)
     a.marker_seen(15, response)  # read at 1,600: 11-13 are never indexed here
     a.interval(1_800, 15)
