@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rsub_dev.sim.outcome import Violation
@@ -43,19 +42,15 @@ from rsub_dev.simjs import Delivery
 from sidecar.nats.origin_log import data_entry
 from sidecar.protocol import (
     HoldConsumer,
-    MachineConfig,
     Marker,
     MarkerRead,
     MarkerRejected,
     Output,
     PositionsListing,
-    StoredMarker,
     StreamMachine,
     SubscriptionAction,
-    SubscriptionInfo,
     Update,
 )
-from sidecar.protocol.origins import DataEntry
 
 if TYPE_CHECKING:
     from rsub_dev.sim.shell.world import ShellWorld
@@ -140,23 +135,14 @@ class Failback:
 
             @classmethod
             def restore(
-                cls,
-                config: MachineConfig,
-                markers: Iterable[StoredMarker],
-                subscriptions: Mapping[str, SubscriptionInfo],
-                positions: Mapping[str, int],
-                read_last_seq: int,
-                now_ms: int,
-                data: Iterable[DataEntry] = (),
+                cls, *args: Any, **kwargs: Any
             ) -> tuple[StreamMachine, list[MarkerRead | MarkerRejected]]:
                 Observed._restoring = True
                 try:
-                    machine, read = super().restore(
-                        config, markers, subscriptions, positions, read_last_seq, now_ms, data
-                    )
+                    machine, read = super().restore(*args, **kwargs)
                 finally:
                     Observed._restoring = False
-                checks._listed_ms[machine] = now_ms
+                checks._listed_ms[machine] = checks._world.now_ms()  # the rebuild's clock
                 return machine, read
 
             def became_leader(self, epoch: int) -> list[Output]:
