@@ -15,6 +15,7 @@ import pytest
 
 from rsub_dev.sim.shell import ShellParams, run_shell
 from sidecar.protocol import MachineConfig, Output, PositionsListing, StreamMachine, Update
+from tests.support.sim_search import caught
 
 # Every broken variant below must be caught within this many seeds (from seed 0).
 BUDGET = 20
@@ -217,12 +218,7 @@ class IgnoresOthersConsuming(StreamMachine):
 def test_the_shell_world_catches_a_broken_guard(
     machine: type[StreamMachine], params: Callable[[int], ShellParams], symptom: str
 ) -> None:
-    for seed in range(BUDGET):
-        result = run_shell(seed, params(seed), machine_factory=machine)
-        if result.violation is not None:
-            assert result.violation.startswith(symptom), result.report()
-            return
-    pytest.fail(f"{machine.__name__} not caught in {BUDGET} seeds")
+    caught(machine.__name__, params, BUDGET, symptom, machine_factory=machine)
 
 
 def test_seed_0_a_restarted_sidecar_reports_no_region_that_stopped_consuming() -> None:

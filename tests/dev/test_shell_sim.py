@@ -53,6 +53,7 @@ from tests.protocol.test_protocol_sim import (
     TrimsUnrecorded,
     VectorFromHighestSeen,
 )
+from tests.support.sim_search import caught
 
 # Every broken variant below must be caught within this many seeds (from seed 0).
 BUDGET = 60
@@ -481,12 +482,7 @@ def test_the_simulation_catches_a_broken_driver(
     params: Callable[[int], ShellParams],
     symptom: str | tuple[str, ...],
 ) -> None:
-    for seed in range(BUDGET):
-        result = run_shell(seed, params(seed), driver_factory=variant)
-        if result.violation is not None:
-            assert result.violation.startswith(symptom), result.report()
-            return
-    pytest.fail(f"{variant.__name__} not caught in {BUDGET} seeds")
+    caught(variant.__name__, params, BUDGET, symptom, driver_factory=variant)
 
 
 @pytest.mark.parametrize(
@@ -503,12 +499,7 @@ def test_the_simulation_catches_a_broken_move(
     request: pytest.FixtureRequest,
 ) -> None:
     request.getfixturevalue(patch)
-    for seed in range(BUDGET):
-        result = run_shell(seed, params(seed))
-        if result.violation is not None:
-            assert result.violation.startswith(symptom), result.report()
-            return
-    pytest.fail(f"{patch} not caught in {BUDGET} seeds")
+    caught(patch, params, BUDGET, symptom)
 
 
 # ---- the core's broken machines, run in the real runtime ----------------------------------
@@ -540,12 +531,7 @@ CORE_BUDGET = 100
 def test_the_runtime_world_catches_a_broken_machine(
     machine: type[StreamMachine], params: Callable[[int], ShellParams], symptom: str
 ) -> None:
-    for seed in range(CORE_BUDGET):
-        result = run_shell(seed, params(seed), machine_factory=machine)
-        if result.violation is not None:
-            assert result.violation.startswith(symptom), result.report()
-            return
-    pytest.fail(f"{machine.__name__} not caught in {CORE_BUDGET} seeds")
+    caught(machine.__name__, params, CORE_BUDGET, symptom, machine_factory=machine)
 
 
 def test_a_lost_lease_steps_down_the_machine_the_driver_runs() -> None:
@@ -649,13 +635,8 @@ class NoPurgeExcuse(Excuses):
 def test_the_checker_tells_edge_cases_from_loss(
     excuses: type[Excuses], params: Callable[[int], ShellParams]
 ) -> None:
-    for seed in range(CHECKER_BUDGET):
-        result = run_shell(seed, params(seed), excuses=excuses)
-        if result.violation is not None:
-            symptoms = ("moved over unconsumed data:", "covered:", "loss:")
-            assert result.violation.startswith(symptoms), result.report()
-            return
-    pytest.fail(f"{excuses.__name__} found no loss in {CHECKER_BUDGET} seeds")
+    symptoms = ("moved over unconsumed data:", "covered:", "loss:")
+    caught(excuses.__name__, params, CHECKER_BUDGET, symptoms, excuses=excuses)
 
 
 def test_the_real_runtime_keeps_every_property_at_the_edges() -> None:
@@ -681,12 +662,13 @@ class CountsRemovedMessages(StreamMachine):
 
 
 def test_the_simulation_catches_removals_taken_for_consumption() -> None:
-    for seed in range(CHECKER_BUDGET):
-        result = run_shell(seed, _every_edge(seed), machine_factory=CountsRemovedMessages)
-        if result.violation is not None:
-            assert result.violation.startswith("consumed in:"), result.report()
-            return
-    pytest.fail(f"CountsRemovedMessages not caught in {CHECKER_BUDGET} seeds")
+    caught(
+        "CountsRemovedMessages",
+        _every_edge,
+        CHECKER_BUDGET,
+        "consumed in:",
+        machine_factory=CountsRemovedMessages,
+    )
 
 
 # test_protocol_sim.py's HomeOnlyRemoval (a removal counted as passed only under the home's
@@ -744,12 +726,7 @@ def test_the_checker_catches_a_runtime_reading_its_stream_wrong(
     patch: str, symptoms: tuple[str, ...], request: pytest.FixtureRequest
 ) -> None:
     request.getfixturevalue(patch)
-    for seed in range(CHECKER_BUDGET):
-        result = run_shell(seed, _core(seed))
-        if result.violation is not None:
-            assert result.violation.startswith(symptoms), result.report()
-            return
-    pytest.fail(f"{patch} not caught in {CHECKER_BUDGET} seeds")
+    caught(patch, _core, CHECKER_BUDGET, symptoms)
 
 
 # ---- liveness once healed ---------------------------------------------------------------
@@ -801,9 +778,4 @@ class SendsOneUpdate(StreamMachine):
 def test_the_healed_end_catches_a_machine_that_stops_making_progress(
     machine: type[StreamMachine], symptom: str
 ) -> None:
-    for seed in range(CHECKER_BUDGET):
-        result = run_shell(seed, _healed(seed), machine_factory=machine)
-        if result.violation is not None:
-            assert result.violation.startswith(symptom), result.report()
-            return
-    pytest.fail(f"{machine.__name__} not caught in {CHECKER_BUDGET} seeds")
+    caught(machine.__name__, _healed, CHECKER_BUDGET, symptom, machine_factory=machine)
