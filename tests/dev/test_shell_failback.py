@@ -373,3 +373,37 @@ def test_soak_seed_92728154785_no_consuming_sign_after_a_users_deletion() -> Non
     )
     result = run_shell(92728154785, params)
     assert result.violation is None, result.report()
+
+
+SEED_871902492834 = ShellParams(  # as `make soak` drew them
+    regions=3,
+    interval_ms=100,
+    max_delay_ms=2,
+    link_delay_ms=5,
+    produce_gap_ms=20,
+    consume_gap_ms=100,
+    consume_batch=1,
+    failover_ms=3000,
+    run_ms=19198,
+    calm_ms=5000,
+    lease_ttl_ms=3000,
+    replicas=2,
+    action_failures=0.1,
+    freezes=True,
+    write_max_msgs=147,
+    read_max_msgs=419,
+    failback_ms=5773,
+    reconnect_ms=4835,
+    silent=True,
+    hold_ms=10425,
+)
+
+
+def test_soak_seed_871902492834_a_floor_moved_by_removals_during_a_read_is_no_sign() -> None:
+    """Found by `make soak` (seed 871902492834): r2's read took its consumers' sign 31 ms
+    after its own reset of the durable, nothing consumed there. The read stream's count
+    limit removed messages while the consumers were listed and the durable's floor followed;
+    the first sequence, read before them, was too old to tell. A stream with limits now has
+    its first sequence read again after its consumers (`sidecar.nats.consumers`)."""
+    result = run_shell(871902492834, SEED_871902492834)
+    assert result.violation is None, result.report()
