@@ -407,3 +407,37 @@ def test_soak_seed_871902492834_a_floor_moved_by_removals_during_a_read_is_no_si
     its first sequence read again after its consumers (`sidecar.nats.consumers`)."""
     result = run_shell(871902492834, SEED_871902492834)
     assert result.violation is None, result.report()
+
+
+@pytest.mark.xfail(strict=True, reason="accepted: a purge during a read (see the docstring)")
+def test_soak_seed_776237995758_a_purge_during_a_read_gives_no_sign() -> None:
+    """Found by `make soak` (seed 776237995758): an operator purged r1's read stream while
+    r1's sidecar listed its consumers; the first sequence, read before the purge, was too
+    old to tell the durable's floor moved by the purge from consumption. Reading it again
+    after every listing fixes it (tried), at one more STREAM.INFO per read of every stream;
+    streams with limits pay it, a purge (an operator's act) does not: the cost is one false
+    sign, which raises the two-regions warning only if it lasts (the alert waits 2 minutes)."""
+    params = ShellParams(
+        regions=3,
+        interval_ms=200,
+        max_delay_ms=10,
+        link_delay_ms=5,
+        produce_gap_ms=50,
+        consume_gap_ms=40,
+        consume_batch=5,
+        failover_ms=3000,
+        run_ms=26594,
+        calm_ms=11820,
+        lease_ttl_ms=3000,
+        crashes=True,
+        partitions=True,
+        garbage=True,
+        timeout_ms=1500,
+        write_max_age_ms=1683,
+        purges=True,
+        healed=True,
+        failback_ms=5292,
+        reconnect_ms=5072,
+    )
+    result = run_shell(776237995758, params)
+    assert result.violation is None, result.report()
