@@ -292,12 +292,16 @@ class StreamMachine:
         # Before anything below asks for a move. A leader's first read is its baseline: the
         # moves of the leader before it look like consumption from a follower's reads.
         self._first_seq = max(self._first_seq, listing.first_seq)
+        if self._leader:
+            for name in listing.acked:  # acks come from applications only, never from moves
+                sub = self._subs.get(name)
+                if sub is not None and sub.exists and sub.info.replicated:
+                    self._signed(sub)
         if self._leader and not self._first_listing:
             for name, position in listing.positions.items():
                 sub = self._subs.get(name)
                 if sub is not None and sub.exists and self._consumed_here(sub, position):
-                    self._consumed(sub, self._region)
-                    sub.consumed_unsent = True
+                    self._signed(sub)
         out: list[Output] = []
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
@@ -338,8 +342,7 @@ class StreamMachine:
         if self._leader and self._consumed_here(sub, mark_delete):
             # Read back beyond the move's target over data: its consumers passed it while
             # the move was under way (taken as is, the next read would not see it).
-            self._consumed(sub, self._region)
-            sub.consumed_unsent = True
+            self._signed(sub)
         if sub.mark_delete is None or mark_delete > sub.mark_delete:
             sub.mark_delete = mark_delete
         if sub.target is not None and sub.target <= action.ack_floor:
@@ -983,6 +986,12 @@ class StreamMachine:
         if position <= before or not sub.info.replicated or before < self._index.trimmed_through:
             return False
         return self._index.vector_at(position) != self._index.vector_at(before)
+
+    def _signed(self, sub: _Sub) -> None:
+        """Its own region's consumers passed `sub`'s data: told to the others with its next
+        update."""
+        self._consumed(sub, self._region)
+        sub.consumed_unsent = True
 
     def _consumed(self, sub: _Sub, region: str) -> None:
         sub.consumed_ms[region] = self._now

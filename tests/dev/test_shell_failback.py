@@ -441,3 +441,44 @@ def test_soak_seed_776237995758_a_purge_during_a_read_gives_no_sign() -> None:
     )
     result = run_shell(776237995758, params)
     assert result.violation is None, result.report()
+
+
+SEED_931780330598 = ShellParams(  # as `make soak` drew them
+    regions=3,
+    interval_ms=200,
+    max_delay_ms=10,
+    link_delay_ms=150,
+    consume_batch=1,
+    failover_ms=6000,
+    run_ms=24285,
+    crashes=True,
+    action_failures=0.3,
+    timeout_ms=5000,
+    freezes=True,
+    read_max_age_ms=2381,
+    write_max_msgs=218,
+    twins=0.25319490966573815,
+    failback_ms=8790,
+    reconnect_ms=5795,
+    both_consume=True,
+    quiet_return=True,
+)
+
+
+class IgnoresAcks(StreamMachine):
+    """Takes its region's consumption signs from the floors alone, not from the acks."""
+
+    def positions_listed(self, listing: PositionsListing) -> list[Output]:
+        return super().positions_listed(dataclasses.replace(listing, acked={}))
+
+
+def test_soak_seed_931780330598_an_application_at_the_age_limit_is_reported_consuming() -> None:
+    """Found by `make soak` (seed 931780330598): r1's application, consuming one message at a
+    time after the return, lagged at the edge of r1's read-stream age limit (2.4 s): every
+    message it acked was removed before the next read, its floor only followed the first
+    stored message, and r1 was never reported consuming. The acks' signals, which name the
+    message each settles, are now the sign (docs/protocol.md §8); floors alone miss it."""
+    result = run_shell(931780330598, SEED_931780330598)
+    assert result.violation is None, result.report()
+    broken = run_shell(931780330598, SEED_931780330598, machine_factory=IgnoresAcks)
+    assert broken.violation is not None and "consumed in:" in broken.violation, broken.report()

@@ -216,3 +216,40 @@ def test_a_floor_that_followed_the_streams_removals_is_not_consumption() -> None
     passed = PositionsListing(m.generation, SUBS, {"d": 8}, 13, False, first_seq=7)
     (update,) = updates(m.read_done(passed))
     assert update.consuming and consumed_in(m) == ("a",)
+
+
+def test_an_ack_is_consumption_where_the_floor_only_followed_the_removals() -> None:
+    """An application at the edge of a read stream's age limit: each message it acks is
+    removed before the next read, so its floor only ever follows the first stored message
+    (no sign from the positions). Its acks, heard with the read, are the sign (`make soak`
+    seed 931780330598, tests/dev/test_shell_failback.py)."""
+    m = machine()
+    m.tick(2_000)
+    at_the_edge = PositionsListing(m.generation, SUBS, {"d": 6}, 13, False, first_seq=7)
+    assert not any(u.consuming for u in updates(m.read_done(at_the_edge)))
+    m.tick(3_000)
+    acked = PositionsListing(
+        m.generation, SUBS, {"d": 7}, 13, False, first_seq=8, acked={"d": 7, "other": 9}
+    )
+    (update,) = updates(m.read_done(acked))
+    assert update.consuming and consumed_in(m) == ("a",)
+
+
+def test_acks_of_a_follower_or_of_a_durable_not_replicated_are_no_sign() -> None:
+    """Only a leader takes its region's signs (a follower's view of the floors includes the
+    leader's moves), and only of replicated durables, its first read included."""
+    subs = {**SUBS, "local": SubscriptionInfo(replicated=False)}
+    m = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS))
+    m.tick(1_000)
+    m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False))
+    m.tick(2_000)
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 3}))
+    assert consumed_in(m) == ()
+    m.became_leader(1)
+    m.tick(3_000)
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"local": 3}))
+    assert consumed_in(m) == ()
+    m.tick(4_000)
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 4}))
+    assert consumed_in(m) == ("a",)
