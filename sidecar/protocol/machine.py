@@ -200,7 +200,7 @@ class StreamMachine:
         if held is not None and self._now - held.since_ms >= self.config.hold_ms:
             out.extend(self._release(sorted(held.held)))
         attempt = self._pending
-        if attempt is not None and self._now - attempt.started_ms >= self.config.timeout_ms:
+        if attempt is not None and self._now - attempt.started_ms >= self._timeout_ms(attempt):
             self._pending = None
             out.extend(self._timed_out(attempt))
         if self._pending is None and self._now >= self._next_start_ms and self._should_start():
@@ -496,7 +496,7 @@ class StreamMachine:
         if self._leader:
             attempt = self._pending
             if attempt is not None:
-                due = attempt.started_ms + self.config.timeout_ms
+                due = attempt.started_ms + self._timeout_ms(attempt)
             elif self._should_start():
                 due = self._next_start_ms
             held = self._return
@@ -620,6 +620,13 @@ class StreamMachine:
     def _own_request_seen(self, attempt: _Attempt, round_: int, read_seq: int) -> None:
         attempt.local_max = max(attempt.local_max, read_seq)
         attempt.own_seen_round = max(attempt.own_seen_round, round_)
+
+    def _timeout_ms(self, attempt: _Attempt) -> int:
+        """A catch-up request may be lost with the write stream's messages it expired with
+        before sourcing resumed: asked again after the activity window."""
+        if attempt.catch_up:
+            return min(self.config.timeout_ms, self.config.active_window_ms)
+        return self.config.timeout_ms
 
     def _timed_out(self, attempt: _Attempt) -> list[Output]:
         return [SnapshotTimedOut(attempt.id, attempt.round, tuple(sorted(attempt.waiting)))]
