@@ -293,10 +293,13 @@ class StreamMachine:
         # moves of the leader before it look like consumption from a follower's reads.
         self._first_seq = max(self._first_seq, listing.first_seq)
         if self._leader:
-            for name in listing.acked:  # acks come from applications only, never from moves
+            # Acks come from applications only, never from moves. One heard long ago (before
+            # this replica led, it read nothing since) is a sign of then, if still recent.
+            for name, acked_ms in listing.acked.items():
                 sub = self._subs.get(name)
-                if sub is not None and sub.exists and sub.info.replicated:
-                    self._signed(sub)
+                recent = acked_ms > self._now - self.config.active_window_ms
+                if sub is not None and sub.exists and sub.info.replicated and recent:
+                    self._signed(sub, acked_ms)
         if self._leader and not self._first_listing:
             for name, position in listing.positions.items():
                 sub = self._subs.get(name)
@@ -994,15 +997,16 @@ class StreamMachine:
             return False
         return self._index.vector_at(position) != self._index.vector_at(before)
 
-    def _signed(self, sub: _Sub) -> None:
-        """Its own region's consumers passed `sub`'s data: told to the others with its next
-        update."""
-        self._consumed(sub, self._region)
+    def _signed(self, sub: _Sub, at_ms: int | None = None) -> None:
+        """Its own region's consumers passed `sub`'s data (now, or at `at_ms`): told to the
+        others with its next update."""
+        self._consumed(sub, self._region, at_ms)
         sub.consumed_unsent = True
 
-    def _consumed(self, sub: _Sub, region: str) -> None:
-        sub.consumed_ms[region] = self._now
-        self._active_until = self._now + self.config.active_window_ms
+    def _consumed(self, sub: _Sub, region: str, at_ms: int | None = None) -> None:
+        at = self._now if at_ms is None else min(at_ms, self._now)
+        sub.consumed_ms[region] = max(at, sub.consumed_ms.get(region, at))
+        self._active_until = max(self._active_until, at + self.config.active_window_ms)
 
     def _next_expiry(self) -> int | None:
         """When the next region stops counting as consuming a subscription (the gauges
