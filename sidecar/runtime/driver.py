@@ -89,7 +89,7 @@ class StreamDriver:
         self._told_seq = 0
         self._moved = False
         self._acked: dict[str, int] = {}
-        """Per consumer, the highest stream sequence acked here since the last read."""
+        """Per consumer, when (the handles' clock) it was last acked here since the last read."""
         self._needs = Needs(None, signals=False)  # the machine's, after its last job
         self._steps = 0  # jobs applied
         self._observed = -1  # `_steps` when the observer last looked at the machine
@@ -124,9 +124,9 @@ class StreamDriver:
         self._moved = True
 
     def acked(self, consumer: str, stream_seq: int) -> None:
-        """An application acked `consumer`'s message at `stream_seq` here: told to the
+        """An application acked `consumer`'s message at `stream_seq` here: when, told to the
         machine with the next read (`PositionsListing.acked`)."""
-        self._acked[consumer] = max(stream_seq, self._acked.get(consumer, 0))
+        self._acked[consumer] = self._handles.clock()
 
     async def read_positions(self) -> PositionsListing:
         """Durables and external cursors read again (see `LocalSubscriptions.read`), with

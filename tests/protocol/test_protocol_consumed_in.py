@@ -229,7 +229,7 @@ def test_an_ack_is_consumption_where_the_floor_only_followed_the_removals() -> N
     assert not any(u.consuming for u in updates(m.read_done(at_the_edge)))
     m.tick(3_000)
     acked = PositionsListing(
-        m.generation, SUBS, {"d": 7}, 13, False, first_seq=8, acked={"d": 7, "other": 9}
+        m.generation, SUBS, {"d": 7}, 13, False, first_seq=8, acked={"d": 2_900, "other": 2_950}
     )
     (update,) = updates(m.read_done(acked))
     assert update.consuming and consumed_in(m) == ("a",)
@@ -244,12 +244,32 @@ def test_acks_of_a_follower_or_of_a_durable_not_replicated_are_no_sign() -> None
     m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
     m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False))
     m.tick(2_000)
-    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 3}))
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 1_900}))
     assert consumed_in(m) == ()
     m.became_leader(1)
     m.tick(3_000)
-    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"local": 3}))
+    listing = PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"local": 2_900})
+    m.read_done(listing)
     assert consumed_in(m) == ()
     m.tick(4_000)
-    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 4}))
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 3_900}))
     assert consumed_in(m) == ("a",)
+
+
+def test_an_ack_heard_long_before_the_read_is_a_sign_of_then() -> None:
+    """A replica that read nothing for a while (a follower until now) hears of acks at its
+    next read: a sign of when they were heard, none when that is past the window (the shell
+    simulation: a restarted replica that led four seconds after its application stopped)."""
+    m = machine()
+    m.tick(20_000)
+    stale = PositionsListing(m.generation, SUBS, {"d": 0}, 13, False, acked={"d": 9_000})
+    assert not any(u.consuming for u in updates(m.read_done(stale)))
+    assert consumed_in(m) == ()
+    m.tick(21_000)
+    recent = PositionsListing(m.generation, SUBS, {"d": 0}, 13, False, acked={"d": 12_000})
+    m.read_done(recent)
+    assert consumed_in(m) == ("a",)
+    m.tick(12_000 + WINDOW_MS - 1)
+    assert consumed_in(m) == ("a",)
+    m.tick(12_000 + WINDOW_MS)
+    assert consumed_in(m) == ()
