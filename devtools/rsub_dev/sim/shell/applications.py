@@ -40,6 +40,8 @@ class Applications:
         """Regions where the user deleted the durable and did not create it again."""
         self.on_fetched: list[Callable[[str, list[Delivery]], None]] = []
         """Told of every fetch that delivered, before its acks: the region, the deliveries."""
+        self.on_finished: list[Callable[[str], None]] = []
+        """Told of every message a slow worker finished (consumed) after its fetch: the region."""
         self._sent: dict[str, int] = dict.fromkeys(vs.regions, 0)
         """Per region, the messages its producers sent: a producer started again (a region
         back) goes on numbering its `Nats-Msg-Id`s, as a real one would not repeat them."""
@@ -141,7 +143,6 @@ class Applications:
         while `keep` says)."""
         world, p, js = self._world, self._world.p, self._js
         read = self._vs.read_stream(region)
-        consumed = self._checks.consumed
         while world.now_ms() < until_ms and (self._home() == region if keep is None else keep()):
             await asyncio.sleep(world.rng.randint(1, 2 * p.consume_gap_ms) / 1000)
             js.settle()
@@ -152,18 +153,50 @@ class Applications:
             if deliveries:
                 for fetched in self.on_fetched:
                     fetched(region, deliveries)
+            slow = None
+            if deliveries and p.slow and world.rng.random() < p.slow:
+                slow = world.rng.choice(deliveries)
+                self._signal_ack(read, slow, b"+WPI")
+                ms = world.rng.randint(100, 2_000)
+                asyncio.get_running_loop().call_later(ms / 1000, self._finish, region, slow)
+                world.stats["slow_messages"] += 1
             for d in deliveries:
-                entry = data_entry(self._vs, d.stream_seq, d.headers)
-                key = (entry.origin, entry.origin_seq)
-                if consumed[key]:
-                    world.stats["duplicates"] += 1
-                consumed[key] += 1
-                js.ack(read, DURABLE, d.stream_seq)
-                self._net.signal(
-                    f"$JS.ACK.{read}.{DURABLE}.1.{d.stream_seq}.{d.consumer_seq}"
-                    f".{world.now_ms() * 1_000_000}.0",
-                    b"+ACK",
-                )
-            world.stats["consumed"] += len(deliveries)
+                if d is not slow:
+                    self._consume(region, d)
             if deliveries:
                 world.note(f"{region} consumed {len(deliveries)} to {deliveries[-1].stream_seq}")
+
+    def _consume(self, region: str, d: Delivery) -> None:
+        """The application consumed `d` in `region`: counted, acked, the ack signalled."""
+        world, consumed = self._world, self._checks.consumed
+        entry = data_entry(self._vs, d.stream_seq, d.headers)
+        key = (entry.origin, entry.origin_seq)
+        if consumed[key]:
+            world.stats["duplicates"] += 1
+        consumed[key] += 1
+        read = self._vs.read_stream(region)
+        self._js.ack(read, DURABLE, d.stream_seq)
+        self._signal_ack(read, d, b"+ACK")
+        world.stats["consumed"] += 1
+
+    def _signal_ack(self, read: str, d: Delivery, payload: bytes) -> None:
+        """What the server's subscribers see of an ack the application sends for `d`."""
+        self._net.signal(
+            f"$JS.ACK.{read}.{DURABLE}.1.{d.stream_seq}.{d.consumer_seq}"
+            f".{self._world.now_ms() * 1_000_000}.0",
+            payload,
+        )
+
+    def _finish(self, region: str, d: Delivery) -> None:
+        """A slow worker finishes `d`, if `region` is still the durable's live home."""
+        if region != self._home() or not self._live(region):
+            self._world.stats["slow_messages_dropped"] += 1
+            return
+        self._js.settle()
+        try:
+            self._consume(region, d)
+        except NotFoundError:  # deleted meanwhile: consumed, its ack goes nowhere
+            return
+        for finished in self.on_finished:
+            finished(region)
+        self._world.note(f"{region} finished slow {d.stream_seq}")

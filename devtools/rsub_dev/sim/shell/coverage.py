@@ -1,9 +1,11 @@
 """What a machine holds about the data, checked as it takes it: what it is fed as data is
-sourced data (`CheckedIndex`: not data), and what the merged progress of the durable covers
-was consumed (`Coverage`: covered means consumed)."""
+sourced data (`CheckedIndex`: not data), and what the merged progress of the durable and the
+ranges acked above other regions' floors cover was consumed (`Coverage`: covered means
+consumed)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 
 from rsub_dev.sim.outcome import LoopWorld
@@ -85,4 +87,14 @@ class Coverage:
                     )
                 k += 1
             self._checked[origin] = k
+        for origin, ranges in view.acked.items():
+            written = self._written.get(origin, [])
+            for first, last in ranges:
+                for seq in written[bisect_left(written, first) : bisect_right(written, last)]:
+                    if unconsumed((origin, seq)):
+                        raise self._world.fail(
+                            f"covered: {region}'s ranges acked elsewhere of {DURABLE} "
+                            f"{dict(view.acked)} cover ({origin}, {seq}), never consumed"
+                        )
+                self._world.stats["acked_ranges_checked"] += 1
         self._world.stats["progress_checked"] += 1

@@ -187,6 +187,7 @@ class Failback:
         world = self._world
         world.js.on_paused = self._paused
         world.apps.on_fetched.append(self._delivered)
+        world.apps.on_finished.append(self._finished)
         world.checks.on_update.append(self._update)
 
     def checking(self) -> None:
@@ -264,6 +265,10 @@ class Failback:
         return self._decided_ms is not None and (
             not self._hold_asked or self._hold_landed_ms is not None
         )
+
+    def _finished(self, region: str) -> None:
+        """A slow worker consumed a message fetched before: consumption there now."""
+        self._fetched[region].append(self._world.now_ms())
 
     def _delivered(self, region: str, deliveries: list[Delivery]) -> None:
         world, vs = self._world, self._world.vs
