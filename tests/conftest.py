@@ -38,7 +38,7 @@ from nats.aio.client import Client
 
 from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from tests.support import work_units
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 
 if TYPE_CHECKING:
     from xdist.remote import Producer
@@ -70,9 +70,9 @@ async def cluster2(make_cluster: ClusterFactory) -> LocalSuperCluster:
 
 
 @pytest.fixture(scope="module")
-def js_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def js_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoneServer]:
     """A stand-alone JetStream server for the whole test module."""
-    server = ServerProcess(tmp_path_factory.mktemp("nats"))
+    server = LoneServer(tmp_path_factory.mktemp("nats"))
     server.start()
     try:
         yield server
@@ -81,7 +81,7 @@ def js_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProces
 
 
 @pytest.fixture
-async def nc(js_server: ServerProcess) -> AsyncIterator[Client]:
+async def nc(js_server: LoneServer) -> AsyncIterator[Client]:
     """A client connected once JetStream can create streams (it needs a meta leader)."""
     client = await nats.connect(js_server.url)
     js = client.jetstream()

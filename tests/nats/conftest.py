@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 
 from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.port import JetStreamPort
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 
 
 @pytest.fixture
@@ -31,9 +31,9 @@ def port(nc: Client) -> JetStreamPort:
 
 
 @pytest.fixture
-def stopped_server(tmp_path: Path) -> Iterator[ServerProcess]:
+def stopped_server(tmp_path: Path) -> Iterator[LoneServer]:
     """A server of this test's own, not started yet (the test starts and stops it)."""
-    server = ServerProcess(tmp_path)
+    server = LoneServer(tmp_path)
     try:
         yield server
     finally:

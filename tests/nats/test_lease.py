@@ -14,7 +14,7 @@ from sidecar.nats.lease import Lease, LeaseState
 from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.port import JetStreamPort, KeyValueBucket
 from sidecar.nats.regional_kv import open_regional_kv
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 
 pytestmark = pytest.mark.integration
 
@@ -167,7 +167,7 @@ async def test_a_watching_lease_never_acquires_but_measures_expiry(kv: KeyValueB
 
 
 async def test_a_lease_that_expires_while_the_bucket_is_unreachable_is_reported_lost(
-    js_server: ServerProcess,
+    js_server: LoneServer,
 ) -> None:
     # Found when NATS stopped under two replicas: the shard leases kept reporting `leader`
     # (metric and machine) because a round that failed never told the observer.

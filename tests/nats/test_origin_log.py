@@ -24,7 +24,7 @@ from sidecar.nats.origin_log import data_entry, replay_origins, tail_origins
 from sidecar.nats.port import JetStreamPort
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime import Runtime
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 
 pytestmark = pytest.mark.integration
 
@@ -165,7 +165,7 @@ def test_headers_without_a_usable_origin() -> None:
 
 
 @contextlib.asynccontextmanager
-async def sidecar(server: ServerProcess, vs: VirtualStream) -> AsyncIterator[Runtime]:
+async def sidecar(server: LoneServer, vs: VirtualStream) -> AsyncIterator[Runtime]:
     config = config_from_mapping(
         {
             "region": "west",
@@ -193,7 +193,7 @@ def sample(runtime: Runtime, name: str, stream: str) -> float:
 
 
 async def test_the_sidecar_counts_unknown_origins_and_logs_the_first_only(
-    js_server: ServerProcess, js: JetStreamContext, vs: VirtualStream
+    js_server: LoneServer, js: JetStreamContext, vs: VirtualStream
 ) -> None:
     await fill(js, vs)
     with structlog.testing.capture_logs() as events:
