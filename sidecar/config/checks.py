@@ -64,6 +64,11 @@ POSITIVE = {"exclusiveMinimum": 0}
 NOT_NEGATIVE = {"minimum": 0}
 
 
+def positive_setting(meaning: str) -> dict[str, Any]:
+    """The metadata of a number that must be positive (`setting`)."""
+    return setting(meaning, positive, POSITIVE)
+
+
 def problems_in(section: type, values: Mapping[str, Any]) -> list[Problem]:
     """The problems of `section` built from `values` (absent keys unchecked): each field's
     check, then the section's rules over the keys that passed theirs."""

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config.checks import (
-    POSITIVE,
     ConfigError,
     Problem,
     Section,
     cert_and_key,
     existing_file,
-    positive,
+    positive_setting,
     setting,
 )
 from sidecar.config.secrets import Secret, repr_hiding_userinfo
@@ -80,7 +79,7 @@ class NatsConfig(Section):
     )
     tls: NatsTlsConfig = field(default_factory=NatsTlsConfig)
     connect_timeout_s: float = field(
-        default=5.0, metadata=setting("connection timeout, seconds", positive, POSITIVE)
+        default=5.0, metadata=positive_setting("connection timeout, seconds")
     )
 
     __repr__ = repr_hiding_userinfo

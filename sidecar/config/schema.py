@@ -13,13 +13,12 @@ from typing import Any
 
 from sidecar.config.checks import (
     NOT_NEGATIVE,
-    POSITIVE,
     Problem,
     Section,
     cert_and_key,
     existing_file,
     not_negative,
-    positive,
+    positive_setting,
     setting,
 )
 from sidecar.config.nats import NatsConfig
@@ -36,7 +35,12 @@ from sidecar.naming import (
 # What the checks allow, in JSON Schema terms (a stream pattern's full rule is the naming
 # contract's, checked with the streams: `Config._check`).
 _NAME = {"pattern": TOKEN_PATTERN}
-_STREAM_PATTERN_JSON = {"pattern": r"\{region\}"}
+
+
+def _stream_pattern(meaning: str) -> dict[str, Any]:
+    """The metadata of a stream name's pattern over {name} and {region}."""
+    return setting(meaning, json={"pattern": r"\{region\}"}, kind="pattern")
+
 
 # JetStream KV bucket names (the lease bucket).
 BUCKET_RE = re.compile(r"[A-Za-z0-9_-]+")
@@ -125,19 +129,15 @@ class StreamConfig(Section):
     )
     write_stream: str = field(
         default=DEFAULT_WRITE_STREAM,
-        metadata=setting(
+        metadata=_stream_pattern(
             "name of each region's write stream; placeholders `{name}` and `{region}`, both "
-            "required",
-            json=_STREAM_PATTERN_JSON,
-            kind="pattern",
+            "required"
         ),
     )
     read_stream: str = field(
         default=DEFAULT_READ_STREAM,
-        metadata=setting(
-            "name of each region's read stream; must not collide with the write streams",
-            json=_STREAM_PATTERN_JSON,
-            kind="pattern",
+        metadata=_stream_pattern(
+            "name of each region's read stream; must not collide with the write streams"
         ),
     )
     replicas: int = field(
@@ -171,24 +171,19 @@ class DiscoveryConfig(Section):
     )
     interval_s: float = field(
         default=30.0,
-        metadata=setting("how often the account's streams are listed", positive, POSITIVE),
+        metadata=positive_setting("how often the account's streams are listed"),
     )
     write_stream: str = field(
         default=DEFAULT_WRITE_STREAM,
-        metadata=setting(
-            "name of each region's write stream of a discovered stream, as "
-            "`streams[].write_stream`",
-            json=_STREAM_PATTERN_JSON,
-            kind="pattern",
+        metadata=_stream_pattern(
+            "name of each region's write stream of a discovered stream, as `streams[].write_stream`"
         ),
     )
     read_stream: str = field(
         default=DEFAULT_READ_STREAM,
-        metadata=setting(
+        metadata=_stream_pattern(
             "name of each region's read stream of a discovered stream, as "
-            "`streams[].read_stream`; the streams are found through it",
-            json=_STREAM_PATTERN_JSON,
-            kind="pattern",
+            "`streams[].read_stream`; the streams are found through it"
         ),
     )
 
@@ -210,26 +205,22 @@ class DiscoveryConfig(Section):
 class SnapshotConfig(Section):
     interval_ms: int = field(
         default=1000,
-        metadata=setting("how often a snapshot may start (DESIGN §3.1)", positive, POSITIVE),
+        metadata=positive_setting("how often a snapshot may start (DESIGN §3.1)"),
     )
     timeout_s: float = field(
         default=30.0,
-        metadata=setting(
-            "an incomplete snapshot attempt is dropped after this", positive, POSITIVE
-        ),
+        metadata=positive_setting("an incomplete snapshot attempt is dropped after this"),
     )
     cache_size: int = field(
         default=30,
-        metadata=setting("snapshots cached per replicated subscription", positive, POSITIVE),
+        metadata=positive_setting("snapshots cached per replicated subscription"),
     )
     sweep_intervals: int = field(
         default=120,
-        metadata=setting(
+        metadata=positive_setting(
             "every stream's positions are read at least once per this many intervals, "
             "whatever the signals say ([design](design.md#work-that-follows-traffic)); a "
-            "missed signal delays an update by at most this",
-            positive,
-            POSITIVE,
+            "missed signal delays an update by at most this"
         ),
     )
 
@@ -249,15 +240,13 @@ class ProgressConfig(Section):
     )
     interval_ms: int | None = field(
         default=None,
-        metadata=setting(
+        metadata=positive_setting(
             "how often a subscription's changed progress vector may go out, and its positions "
             "be read after a signal; null: `snapshot.interval_ms` (the sidecar's interval loop "
             "ticks at the shorter of the two; snapshots still start once per "
             "`snapshot.interval_ms`). Vectors need no round trip: a shorter cadence means an "
             "exact client receives less twice after a failover, for more position reads and "
-            "markers ([benchmarks](benchmarks.md#progress-cadence))",
-            positive,
-            POSITIVE,
+            "markers ([benchmarks](benchmarks.md#progress-cadence))"
         ),
     )
 
@@ -296,22 +285,18 @@ class LeaseConfig(Section):
     )
     ttl_s: float = field(
         default=10.0,
-        metadata=setting(
+        metadata=positive_setting(
             "lease time-to-live; the holder renews every `ttl/3`; a dead replica's streams "
-            "are taken over about one TTL after its last renewal",
-            positive,
-            POSITIVE,
+            "are taken over about one TTL after its last renewal"
         ),
     )
     # The shards' leases: sidecar/nats/shards.py.
     shards: int = field(
         default=32,
-        metadata=setting(
+        metadata=positive_setting(
             "shards the streams are split into, each led by one replica: what the replicas "
             "of a region share (`ceil(shards / replicas)` each). Same value on every replica; "
-            "1 makes one replica lead every stream and the others stand by",
-            positive,
-            POSITIVE,
+            "1 makes one replica lead every stream and the others stand by"
         ),
     )
     # The bucket is opened by `open_regional_kv` (sidecar/nats/regional_kv.py).
