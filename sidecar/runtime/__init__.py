@@ -15,10 +15,11 @@ Programmatic use (tests, the demo, `rsub run`)::
 `Runtime(config, holder=..., apply_topology=False)`: `holder` names this replica in the
 leases (default host-pid-random); `apply_topology=False` skips `apply_topology` at start (the
 streams must exist). `runtime.backend` (a `RuntimeBackend`) implements
-`sidecar.api.backend.SidecarBackend` (answering with `views`, raising `errors`), and the
-runtime answers the same calls by handing them to it (`await runtime.status()`, ...); it
-drives `SidecarMetrics` (`sidecar.metrics`) and serves nothing: `sidecar.api.service.Service`,
-a `Runtime` that serves gRPC and HTTP over its backend, is what `rsub run` runs.
+`sidecar.api.backend.SidecarBackend` (answering with `views`, raising `errors`); the runtime
+answers the calls programs make of it (`await runtime.status()`, `get_subscription`, ...)
+by handing them to its backend. It drives `SidecarMetrics` (`sidecar.metrics`) and serves
+nothing: `sidecar.api.service.Service`, a `Runtime` that serves gRPC and HTTP over its
+backend, is what `rsub run` runs.
 
 One module per role:
 

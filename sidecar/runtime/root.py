@@ -4,8 +4,9 @@ use); `sidecar.api.service.Service` serves the API around it.
 The root builds the region's handles and the stream drivers, and holds the API backend
 (`backend`, a `RuntimeBackend` over the same handles and drivers) that answers the API's reads
 and writes; its own part is the lifecycle: the bring-up, the streams discovery adds and
-drops, the shards' leadership, the stop. It answers as a `SidecarBackend` itself by handing
-each call to the backend (the programmatic use of the package docstring)."""
+drops, the shards' leadership, the stop. For the programmatic use (tests, the demo, the
+devtools) it answers the reads and writes they make by handing each to the backend, which
+has the whole `SidecarBackend` (the servers are given the backend itself)."""
 
 from __future__ import annotations
 
@@ -165,11 +166,6 @@ class Runtime:
 
     async def commit_cursor(self, stream: str, subscription: str, sequence: int) -> int:
         return await self.backend.commit_cursor(stream, subscription, sequence)
-
-    async def reset_cursor(
-        self, stream: str, subscription: str, sequence: int
-    ) -> views.CursorResetView:
-        return await self.backend.reset_cursor(stream, subscription, sequence)
 
     async def trigger_snapshot(self, stream: str) -> str:
         return await self.backend.trigger_snapshot(stream)
