@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sidecar.protocol.cache import SnapshotCache
-from sidecar.protocol.inputs import MachineConfig, PositionsListing, SubscriptionInfo
+from sidecar.protocol.inputs import Acks, MachineConfig, PositionsListing, SubscriptionInfo
 from sidecar.protocol.markers import (
     MAX_ACKED_RANGES,
     Marker,
@@ -301,16 +301,6 @@ class StreamMachine:
         # Before anything below asks for a move. A leader's first read is its baseline: the
         # moves of the leader before it look like consumption from a follower's reads.
         self._first_seq = max(self._first_seq, listing.first_seq)
-        if self._leader:
-            # Acks come from applications only, never from moves. One heard long ago (before
-            # this replica led, it read nothing since) is a sign of then, if still recent.
-            for name, acks in listing.acked.items():
-                sub = self._subs.get(name)
-                if sub is None or not sub.exists or not sub.info.replicated:
-                    continue
-                if acks.heard_ms > self._now - self.config.active_window_ms:
-                    self._signed(sub, acks.heard_ms)
-                self._note_acked(sub, acks.seqs)
         if self._leader and not self._first_listing:
             for name, position in listing.positions.items():
                 sub = self._subs.get(name)
@@ -319,6 +309,8 @@ class StreamMachine:
         out: list[Output] = []
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
+        if self._leader:  # a durable listed for the first time included
+            self._take_acks(listing.acked)
         self._follows_end = listing.follows_end
         if self._first_listing and self._leader:
             self._first_listing = False
@@ -1010,6 +1002,18 @@ class StreamMachine:
         return out
 
     # ---- acks above the floor (docs/protocol.md §6) -----------------------------------------
+
+    def _take_acks(self, acked: Mapping[str, Acks]) -> None:
+        """Acks come from applications only, never from moves: each consumer's a sign (one
+        heard long ago, before this replica led, is a sign of then if still recent), and
+        what they settled above its floor is noted."""
+        for name, acks in acked.items():
+            sub = self._subs.get(name)
+            if sub is None or not sub.exists or not sub.info.replicated:
+                continue
+            if acks.heard_ms > self._now - self.config.active_window_ms:
+                self._signed(sub, acks.heard_ms)
+            self._note_acked(sub, acks.seqs)
 
     def _note_acked(self, sub: _Sub, seqs: Sequence[int]) -> None:
         """Its applications acked `seqs` here: those above its floor are kept (the lowest

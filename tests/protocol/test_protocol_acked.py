@@ -76,6 +76,21 @@ def test_acks_above_the_floor_go_out_as_ranges_of_origin_sequences() -> None:
     assert update.progress == {"a": 109} and update.acked == {}
 
 
+def test_acks_in_the_read_that_first_lists_the_durable_count() -> None:
+    """Its workers fetched and acked before the sidecar ever listed it (the real-server
+    test of parallel workers, tests/scenarios/test_two_regions.py, found them dropped)."""
+    m = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), interval_ms=1_000))
+    m.tick(1_000)
+    m.data_indexed([DataEntry(seq, "a", 100 + seq) for seq in range(1, 11)])
+    m.became_leader(1)
+    m.tick(2_000)
+    listing = PositionsListing(
+        m.generation, SUBS, {"d": 2}, 10, False, acked={"d": Acks(2_000, (1, 2, 4, 5))}
+    )
+    (update,) = updates(m.read_done(listing))
+    assert update.acked == {"a": ((104, 105),)}
+
+
 def test_only_a_change_of_the_ranges_sends_an_update_the_floor_held() -> None:
     m = leader()
     (first,) = read(m, 2, 3_000, acked=(5,))
