@@ -68,6 +68,7 @@ def machine_config(config: Config, vs: VirtualStream) -> MachineConfig:
         progress=config.progress.enabled,
         progress_interval_ms=config.progress.interval_ms,
         hold_ms=int(config.failback.hold_s * 1000),
+        lease_ttl_ms=int(config.lease.ttl_s * 1000),
     )
 
 

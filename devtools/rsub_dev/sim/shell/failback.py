@@ -159,9 +159,11 @@ class Failback:
                 checks._listed(self, leading, sign, out)
                 return out
 
-            def action_done(self, action: SubscriptionAction, mark_delete: int) -> list[Output]:
+            def action_done(
+                self, action: SubscriptionAction, mark_delete: int, done_ms: int = 0
+            ) -> list[Output]:
                 sign = checks._sign(self)
-                out: list[Output] = super().action_done(action, mark_delete)
+                out: list[Output] = super().action_done(action, mark_delete, done_ms)
                 checks._signed(self, sign)
                 return out
 
