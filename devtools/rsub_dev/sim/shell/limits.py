@@ -87,14 +87,16 @@ class Excuses:
         ledger: Ledger,
         consumed: Counter[DataId],
         removals: Removals,
+        twins: dict[DataId, DataId],
     ) -> None:
+        """For one durable: what its application `consumed`; `twins` (every durable's):
+        each copy of a message published twice with one `Nats-Msg-Id`, the other."""
         self._vs = vs
         self._js = js
         self._ledger = ledger
         self._consumed = consumed
         self.removals = removals
-        self.twins: dict[DataId, DataId] = {}
-        """Each copy of a message published twice with one `Nats-Msg-Id`: the other."""
+        self.twins = twins
         self.high: dict[str, int] = {}
         """Per region, the furthest the durable's copy there ever stood (`passed`)."""
         self.stats: Counter[str] = Counter()
