@@ -10,11 +10,13 @@ import os
 import random
 import subprocess
 import sys
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rsub_dev.sim.shell import ShellParams, run_shell
 from rsub_dev.sim.shell.ledger import DataId
@@ -292,12 +294,10 @@ SEEDS = int(os.environ.get("RSUB_SIM_SEEDS", "2"))
 @pytest.mark.parametrize(
     "params",
     [
-        _drawn,
         _with_failures,
         _late_updates,
         _failing_creations,
         _users,
-        _outages,
         _lagging_tails,
         _frozen,
         _slow_links(2),
@@ -474,6 +474,197 @@ def test_seed_866299904591_no_reset_over_markers_after_a_fetch_before_the_pause(
     assert run_shell(866299904591, _core(866299904591)).violation is None
     result = run_shell(866299904591, _as_found(866299904591))
     assert result.violation is None, result.report()
+
+
+# ---- world.py's runs, in the runtime's world ------------------------------------------------
+
+
+def _everything(seed: int) -> ShellParams:
+    """Every kind of chaos at once, two durables, three regions, a failover: short."""
+    return dataclasses.replace(
+        _core(seed),
+        regions=3,
+        durables=2,
+        replicas=2,
+        crashes=True,
+        partitions=True,
+        garbage=True,
+        freezes=True,
+        resets=True,
+        deletions=True,
+        purges=True,
+        twins=0.2,
+        read_max_age_ms=3_000,
+        action_failures=0.2,
+        failover_ms=7_000,
+        outage_ms=0,
+        run_ms=10_000,
+        calm_ms=2_000,
+    )
+
+
+def test_every_kind_of_chaos_really_happens() -> None:
+    """world.py's many seeded safety runs: runs with every kind of chaos on and an outage
+    keep every property, and summed over them each kind of chaos, edge and protocol step
+    really happened (returns and holds: tests/dev/test_shell_failback.py's `_passes`)."""
+    totals: Counter[str] = Counter()
+    runs = [(s, _everything(s)) for s in (0, 1, 3, 5)]
+    runs.append((2, _outages(2)))
+    for seed, params in runs:
+        result = run_shell(seed, params)
+        assert result.violation is None, result.report()
+        totals.update(result.stats)
+    for key in (
+        "snapshots_checked",
+        "vectors_checked",
+        "progress_checked",
+        "applied_checked",
+        "resets",
+        "creates",
+        "crashes",
+        "partitions",
+        "junk",
+        "freezes",
+        "deposed",
+        "user_resets",
+        "user_deletions",
+        "purges",
+        "twins",
+        "duplicates",
+        "failovers",
+        "several_durables",
+        "outages",
+        "vector_advances",
+        "consuming_updates",
+    ):
+        assert totals[key] > 0, (key, sorted(totals.items()))
+
+
+def test_long_outages_move_copies_by_vectors_alone() -> None:
+    """world.py's long outages: a region out for 3 s does not answer, so no snapshot started
+    meanwhile completes; vectors alone move the live copies (vector liveness is checked),
+    and they do move. (The runtime's world has no exact client: world.py's count of its
+    skips against native duplicates has no counterpart here.)"""
+    totals: Counter[str] = Counter()
+    for seed in range(SEEDS):
+        result = run_shell(seed, _outages(seed))
+        assert result.violation is None, result.report()
+        totals.update(result.stats)
+    assert totals["outages"] == SEEDS, totals
+    assert totals["vector_advances"] > 0 and totals["vectors_checked"] > 0, totals
+
+
+def _wide(regions: int) -> Callable[[int], ShellParams]:
+    """world.py's runs of four and five regions: three durables, a failover, short."""
+
+    def params(seed: int) -> ShellParams:
+        return dataclasses.replace(
+            _core(seed),
+            regions=regions,
+            durables=3,
+            replicas=1,
+            failover_ms=3_000,
+            outage_ms=0,
+            run_ms=6_000,
+            calm_ms=1_500,
+        )
+
+    params.__name__ = f"_wide_{regions}"
+    return params
+
+
+@pytest.mark.parametrize("params", [_wide(4), _wide(5)], ids=lambda p: p.__name__)
+def test_the_real_runtime_keeps_every_property_in_four_and_five_regions(
+    params: Callable[[int], ShellParams],
+) -> None:
+    result = run_shell(0, params(0))
+    assert result.violation is None, result.report()
+    assert result.stats["snapshots_checked"] > 0 and result.stats["failovers"] > 0
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    regions=st.integers(2, 5),
+    durables=st.integers(1, 3),
+    link_delay_ms=st.sampled_from([5, 30, 150]),
+    failover_ms=st.sampled_from([0, 2_000]),
+    chaos=st.fixed_dictionaries(
+        {
+            "crashes": st.booleans(),
+            "partitions": st.booleans(),
+            "freezes": st.booleans(),
+            "garbage": st.booleans(),
+            "resets": st.booleans(),
+            "deletions": st.booleans(),
+        }
+    ),
+)
+def test_hypothesis_schedules(
+    seed: int,
+    regions: int,
+    durables: int,
+    link_delay_ms: int,
+    failover_ms: int,
+    chaos: dict[str, bool],
+) -> None:
+    """world.py's hypothesis schedules, as the runtime's world's parameters (few examples:
+    a run costs seconds here)."""
+    params = ShellParams(
+        regions=regions,
+        durables=durables,
+        link_delay_ms=link_delay_ms,
+        failover_ms=failover_ms,
+        run_ms=4_000,
+        calm_ms=1_500,
+        **chaos,
+    )
+    result = run_shell(seed, params)
+    assert result.violation is None, result.report()
+
+
+def test_a_calm_world_keeps_snapshotting_and_updating() -> None:
+    """world.py's healthy world: no chaos, every snapshot completes and updates go out."""
+    calm = dataclasses.replace(
+        _core(5),
+        regions=3,
+        crashes=False,
+        partitions=False,
+        freezes=False,
+        garbage=False,
+        resets=False,
+        deletions=False,
+        action_failures=0.0,
+        failover_ms=0,
+        outage_ms=0,
+        run_ms=8_000,
+    )
+    result = run_shell(5, calm)
+    assert result.violation is None, result.report()
+    assert result.stats["snapshots_checked"] > 20 and result.stats["vectors_checked"] > 10
+
+
+def test_seed_860853044175_a_move_failed_after_its_user_deleted_the_durable_is_not_owed() -> None:
+    """world.py's seed 860853044175 (issue 19): two regions, users deleting the durable, half
+    the consumer requests failing; a move that failed after its user deleted the durable is
+    not owed (retried), the next update creates it again."""
+    seed = 860853044175
+    params = dataclasses.replace(
+        _core(seed),
+        regions=2,
+        deletions=True,
+        action_failures=0.5,
+        crashes=False,
+        partitions=False,
+        freezes=False,
+        resets=False,
+        garbage=False,
+        failover_ms=6_000,
+        outage_ms=0,
+    )
+    result = run_shell(seed, params)
+    assert result.violation is None, result.report()
+    assert result.stats["user_deletions"] > 0, result.stats
 
 
 def test_same_seed_same_run() -> None:

@@ -362,6 +362,8 @@ class ShellWorld(LoopWorld[ShellParams]):
         self.failback.attach()
         for durable in self.durables:
             apps.create_durable(durable, durable.home)
+        if len(self.durables) > 1:
+            self.stats["several_durables"] += 1
         if self.p.action_failures:
             self.js.faults.fail_randomly(
                 self.p.action_failures,
