@@ -40,7 +40,7 @@ from sidecar.protocol.machine import _Attempt, _Sub
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime import tails
 from sidecar.runtime.driver import StreamDriver
-from tests.protocol.test_protocol_sim import (
+from tests.protocol.broken_machines import (
     AcceptsStaleEpochs,
     CreatedWhenAsked,
     ForgetsTrimPoint,
