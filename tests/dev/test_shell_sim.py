@@ -392,26 +392,29 @@ def test_the_checks_follow_every_durable() -> None:
 @pytest.mark.xfail(strict=True, reason="found by the shell world: see the docstring")
 def test_seed_9_a_sign_is_not_lost_to_an_index_behind_the_read() -> None:
     """Found once runs drew several durables (seed 9 as `run_shell` draws it: two durables,
-    two regions, a return with both regions consuming, the data tail lagging up to 100 ms):
-    r1's leader read `app` at 1311 at 21,792 ms, over data its application consumed at
-    21,555 ms, but its origin index had not reached past 1303 (where its previous read left
-    it): the positions read ran ahead of the data tail, `_consumed_here` saw no data between
-    the two and took no sign; the next read starts from 1311, so the sign is lost and r1's
-    leader never reports r1 consuming (`consumed in`). A product question
-    (`StreamMachine._consumed_here` could wait for its index to reach the position), not
+    two regions, a return with both regions consuming, the tails lagging up to 100 ms).
+    r1's application consumed `app` to 1298 and 1299 at 21,530 and 21,555 ms (data no
+    other region had consumed); r1's leader read the durable at 1299 at 21,588 ms (machine
+    time) and at 1303 at 21,592 ms, while its origin index stood at 1297: the positions
+    reads ran ahead of the data tail, `StreamMachine._consumed_here` saw no data between
+    the floor and the position and took no sign, and its floor moved past them, so no later
+    read sees that consumption and r1's leader never reports r1 consuming (`consumed in`).
+    A product question (`_consumed_here` could keep its floor where its index stood), not
     fixed here: sidecar/ is another engineer's."""
     result = run_shell(9)
     assert result.violation is None, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="a purge during a read (as seed 776237995758)")
-def test_seed_21_a_purge_during_a_read_of_a_stream_with_limits_gives_no_sign() -> None:
+@pytest.mark.xfail(strict=True, reason="a purge before a move's outcome (see the docstring)")
+def test_seed_21_a_purge_before_a_moves_outcome_gives_no_sign() -> None:
     """Found once runs drew several durables (seed 21 as `run_shell` draws it: three
-    durables, a read age limit, purges): an operator purged r1's read stream at 2,941 ms,
-    between r1's reads at 2,932 and 3,149 ms; the second took its consumers' sign of
-    `app-2`, homed in r2 and never consumed in r1. The class of
-    tests/dev/test_shell_failback.py's accepted seed 776237995758, on a stream with an age
-    limit (whose first sequence is read again after its consumers). Passes without purges."""
+    durables, a read age limit, purges). r1's sidecar reset its copy of `app-2` (homed in
+    r2, never consumed in r1) to 177; an operator purged r1's read stream (1 to 363); the
+    reset's outcome read back the copy at 363 (the purge moved it) and `action_done` took
+    that for its consumers' sign: its first sequence was still the previous read's (1).
+    The class of tests/dev/test_shell_failback.py's accepted seed 776237995758 (a purge
+    during a read), through a move's outcome. Passes without purges. Not fixed here:
+    sidecar/ is another engineer's."""
     result = run_shell(21)
     assert result.violation is None, result.report()
 
