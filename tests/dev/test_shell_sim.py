@@ -479,7 +479,7 @@ def test_seed_866299904591_no_reset_over_markers_after_a_fetch_before_the_pause(
     assert result.violation is None, result.report()
 
 
-# ---- world.py's runs, in the runtime's world ------------------------------------------------
+# ---- the deleted protocol world's runs (world.py), in the runtime's world ---------------------------------------------
 
 
 def _everything(seed: int) -> ShellParams:
@@ -507,7 +507,7 @@ def _everything(seed: int) -> ShellParams:
 
 
 def test_every_kind_of_chaos_really_happens() -> None:
-    """world.py's many seeded safety runs: runs with every kind of chaos on and an outage
+    """The protocol world's many seeded safety runs: runs with every kind of chaos on and an outage
     keep every property, and summed over them each kind of chaos, edge and protocol step
     really happened (returns and holds: tests/dev/test_shell_failback.py's `_passes`)."""
     totals: Counter[str] = Counter()
@@ -544,9 +544,9 @@ def test_every_kind_of_chaos_really_happens() -> None:
 
 
 def test_long_outages_move_copies_by_vectors_alone() -> None:
-    """world.py's long outages: a region out for 3 s does not answer, so no snapshot started
+    """The protocol world's long outages: a region out for 3 s does not answer, so no snapshot started
     meanwhile completes; vectors alone move the live copies (vector liveness is checked),
-    and they do move. (The runtime's world has no exact client: world.py's count of its
+    and they do move. (The runtime's world has no exact client: the protocol world's count of its
     skips against native duplicates has no counterpart here.)"""
     totals: Counter[str] = Counter()
     for seed in range(SEEDS):
@@ -558,7 +558,7 @@ def test_long_outages_move_copies_by_vectors_alone() -> None:
 
 
 def _wide(regions: int) -> Callable[[int], ShellParams]:
-    """world.py's runs of four and five regions: three durables, a failover, short."""
+    """The protocol world's runs of four and five regions: three durables, a failover, short."""
 
     def params(seed: int) -> ShellParams:
         return dataclasses.replace(
@@ -611,7 +611,7 @@ def test_hypothesis_schedules(
     failover_ms: int,
     chaos: dict[str, bool],
 ) -> None:
-    """world.py's hypothesis schedules, as the runtime's world's parameters (few examples:
+    """The protocol world's hypothesis schedules, as the runtime's world's parameters (few examples:
     a run costs seconds here)."""
     params = ShellParams(
         regions=regions,
@@ -627,7 +627,7 @@ def test_hypothesis_schedules(
 
 
 def test_a_calm_world_keeps_snapshotting_and_updating() -> None:
-    """world.py's healthy world: no chaos, every snapshot completes and updates go out."""
+    """The protocol world's healthy world: no chaos, every snapshot completes and updates go out."""
     calm = dataclasses.replace(
         _core(5),
         regions=3,
@@ -648,7 +648,7 @@ def test_a_calm_world_keeps_snapshotting_and_updating() -> None:
 
 
 def test_seed_860853044175_a_move_failed_after_its_user_deleted_the_durable_is_not_owed() -> None:
-    """world.py's seed 860853044175 (issue 19): two regions, users deleting the durable, half
+    """The protocol world's seed 860853044175 (issue 19): two regions, users deleting the durable, half
     the consumer requests failing; a move that failed after its user deleted the durable is
     not owed (retried), the next update creates it again."""
     seed = 860853044175
@@ -783,7 +783,7 @@ def test_the_simulation_catches_a_broken_move(
 
 
 # ---- the core's broken machines, run in the real runtime ----------------------------------
-# The variants of tests/protocol/test_protocol_sim.py (kept as they are) restored by every
+# The variants of tests/protocol/broken_machines.py (kept as they were) restored by every
 # sidecar's driver (`StreamDriver(machine_factory=...)`): each must be caught within this
 # many seeds (from seed 0).
 CORE_BUDGET = 100
@@ -832,7 +832,7 @@ def test_a_lost_lease_steps_down_the_machine_the_driver_runs() -> None:
 
 
 # ---- the checker itself: each edge case really happens and is told apart from loss ---------
-# test_protocol_sim.py's checker tests, re-expressed against the runtime's world: its excuses
+# The deleted test_protocol_sim.py's checker tests, re-expressed against the runtime's world: its excuses
 # (`rsub_dev.sim.shell.limits.Excuses`) made narrower, each must then find a loss in runs
 # aimed at its edge case, within this many seeds (from seed 0).
 CHECKER_BUDGET = 30
@@ -951,7 +951,7 @@ def test_the_simulation_catches_removals_taken_for_consumption() -> None:
     )
 
 
-# test_protocol_sim.py's HomeOnlyRemoval (a removal counted as passed only under the home's
+# The deleted test_protocol_sim.py's HomeOnlyRemoval (a removal counted as passed only under the home's
 # copy) is not re-expressed: it finds no loss in the runtime's world. With the excuse
 # narrowed to removals in r0 (the first home), 22 seeds of `_edge(read_max_age_ms=1_500,
 # link_delay_ms=150)` passed: ten as they are, six with three regions, six with a failover

@@ -1,4 +1,4 @@
-"""Applied (world.py's property, on the runtime's time): after a leader's machine accepted
+"""Applied (the deleted protocol world's property, on the runtime's time): after a leader's machine accepted
 an update of a durable naming its region at position p (`UpdateApplied`), the copy there
 stands at or beyond p (or has delivered that far) by the second current positions read its
 machine applies since, unless its user changed a durable in the region since its machine

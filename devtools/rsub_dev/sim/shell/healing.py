@@ -1,5 +1,5 @@
 """The healed end of a run of the runtime's world (`ShellParams.healed`) and the liveness it
-must show (world.py's healed phase).
+must show (the deleted protocol world's healed phase).
 
 At `ShellParams.heal_at_ms` the chaos stops where it is, requests stop failing, every cut
 link is healed (a region lost to a failover stays lost), every sidecar of a live region runs
