@@ -44,7 +44,8 @@ class ShellParams:
     """Sidecars crash and restart (rebuilt from their read stream, a new lease holder)
     before the failover."""
     partitions: bool = False
-    """Regions other than the home are cut from the others for a while, then healed."""
+    """Regions that are no durable's home are cut from the others for a while, then
+    healed (none when every region is one's home)."""
     garbage: bool = False
     """Junk is published on the marker subjects: every sidecar reads it, rejects it (counted
     and logged) and goes on."""
