@@ -9,7 +9,10 @@ local two-region super-cluster, `--acks` acks (as a client sends them, to a stre
 no such delivery: the server drops them) are published from one connection, first with
 nothing following them, then with `follow_consumers` of that stream on a second connection
 in the same process; the difference of this process's CPU time per ack is what the signal
-costs. Each round prints both and the difference.
+costs. A third pass follows the acks with a bare listener that only counts them (the signal
+as it was before each ack was also parsed for its consumer and sequence, the consumption
+sign of docs/protocol.md §8), so the parse's cost shows side by side. Each round prints all
+three.
 """
 
 from __future__ import annotations
@@ -38,6 +41,33 @@ async def publish_acks(nc: Client, count: int) -> None:
     await nc.flush()
 
 
+async def followed_cpu(nc: Client, sidecar: Client, acks: int, parse: bool) -> float:
+    """CPU seconds to publish `acks` acks and hear each on `sidecar`: through
+    `follow_consumers` (parsed), or a listener that only counts."""
+    heard = 0
+    every = asyncio.Event()
+
+    def moved() -> None:
+        nonlocal heard
+        heard += 1
+        if heard == acks:
+            every.set()
+
+    port = NatsPort(sidecar)
+    if parse:
+        listeners = await follow_consumers(port, STREAM, moved, lambda consumer, seq: None)
+    else:
+        listeners = [await port.listen(f"$JS.ACK.{STREAM}.>", lambda subject, data: moved())]
+    await sidecar.flush()
+    started = time.process_time()
+    await publish_acks(nc, acks)
+    await asyncio.wait_for(every.wait(), 120)
+    cpu = time.process_time() - started
+    for listener in listeners:
+        await listener.stop()
+    return cpu
+
+
 async def run(acks: int, rounds: int, directory: Path) -> None:
     async with LocalSuperCluster(("west", "east"), directory / "cluster") as cluster:
         client = await nats.connect(cluster.servers("west"))
@@ -47,27 +77,13 @@ async def run(acks: int, rounds: int, directory: Path) -> None:
                 started = time.process_time()
                 await publish_acks(client, acks)
                 alone = time.process_time() - started
-                signalled = 0
-                every = asyncio.Event()
-
-                def moved(every: asyncio.Event = every) -> None:
-                    nonlocal signalled
-                    signalled += 1
-                    if signalled == acks:
-                        every.set()
-
-                listeners = await follow_consumers(NatsPort(sidecar), STREAM, moved)
-                await sidecar.flush()
-                started = time.process_time()
-                await publish_acks(client, acks)
-                await asyncio.wait_for(every.wait(), 120)
-                followed = time.process_time() - started
-                for listener in listeners:
-                    await listener.stop()
+                counted = await followed_cpu(client, sidecar, acks, parse=False)
+                parsed = await followed_cpu(client, sidecar, acks, parse=True)
+                per = 1e6 / acks
                 print(
-                    f"{acks:,} acks: {1e6 * alone / acks:.1f} us of CPU each to send, "
-                    f"{1e6 * followed / acks:.1f} us followed: the signal costs "
-                    f"{1e6 * (followed - alone) / acks:.1f} us per ack",
+                    f"{acks:,} acks: {per * alone:.1f} us of CPU each to send; the signal "
+                    f"costs {per * (counted - alone):.1f} us per ack counted, "
+                    f"{per * (parsed - alone):.1f} us parsed (consumer and sequence)",
                     flush=True,
                 )
         finally:

@@ -185,9 +185,9 @@ class NatsPort:
     async def key_value(self, bucket: str) -> KeyValueBucket:
         return await self._nats.js.key_value(bucket)
 
-    async def listen(self, subject: str, heard: Callable[[], None]) -> Listener:
-        async def signal(_: Msg) -> None:
-            heard()
+    async def listen(self, subject: str, heard: Callable[[str, bytes], None]) -> Listener:
+        async def signal(msg: Msg) -> None:
+            heard(msg.subject, msg.data)
 
         return _Listener(await self._nats.nc.subscribe(subject, cb=signal))
 

@@ -170,6 +170,7 @@ class JetStreamPort(Protocol):
         """Bind to an existing bucket."""
         ...
 
-    async def listen(self, subject: str, heard: Callable[[], None]) -> Listener:
-        """Call `heard` for every message on `subject` (core NATS: best effort)."""
+    async def listen(self, subject: str, heard: Callable[[str, bytes], None]) -> Listener:
+        """Call `heard` with the subject and payload of every message on `subject` (core
+        NATS: best effort)."""
         ...

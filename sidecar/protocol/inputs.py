@@ -95,3 +95,7 @@ class PositionsListing:
     first_seq: int = 0
     """The read stream's first sequence, read with `last_seq` (0: not known): below it the
     stream removed its messages (limits, purges), and a durable's floor follows by itself."""
+    acked: Mapping[str, int] = field(default_factory=dict)
+    """Per consumer acked by its applications in this region since the previous read, when
+    it last was (the machine's clock; the acks' signals: best effort), for the consumption
+    signs (§8)."""

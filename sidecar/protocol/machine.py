@@ -200,7 +200,7 @@ class StreamMachine:
         if held is not None and self._now - held.since_ms >= self.config.hold_ms:
             out.extend(self._release(sorted(held.held)))
         attempt = self._pending
-        if attempt is not None and self._now - attempt.started_ms >= self.config.timeout_ms:
+        if attempt is not None and self._now - attempt.started_ms >= self._timeout_ms(attempt):
             self._pending = None
             out.extend(self._timed_out(attempt))
         if self._pending is None and self._now >= self._next_start_ms and self._should_start():
@@ -292,12 +292,19 @@ class StreamMachine:
         # Before anything below asks for a move. A leader's first read is its baseline: the
         # moves of the leader before it look like consumption from a follower's reads.
         self._first_seq = max(self._first_seq, listing.first_seq)
+        if self._leader:
+            # Acks come from applications only, never from moves. One heard long ago (before
+            # this replica led, it read nothing since) is a sign of then, if still recent.
+            for name, acked_ms in listing.acked.items():
+                sub = self._subs.get(name)
+                recent = acked_ms > self._now - self.config.active_window_ms
+                if sub is not None and sub.exists and sub.info.replicated and recent:
+                    self._signed(sub, acked_ms)
         if self._leader and not self._first_listing:
             for name, position in listing.positions.items():
                 sub = self._subs.get(name)
                 if sub is not None and sub.exists and self._consumed_here(sub, position):
-                    self._consumed(sub, self._region)
-                    sub.consumed_unsent = True
+                    self._signed(sub)
         out: list[Output] = []
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
@@ -338,8 +345,7 @@ class StreamMachine:
         if self._leader and self._consumed_here(sub, mark_delete):
             # Read back beyond the move's target over data: its consumers passed it while
             # the move was under way (taken as is, the next read would not see it).
-            self._consumed(sub, self._region)
-            sub.consumed_unsent = True
+            self._signed(sub)
         if sub.mark_delete is None or mark_delete > sub.mark_delete:
             sub.mark_delete = mark_delete
         if sub.target is not None and sub.target <= action.ack_floor:
@@ -493,7 +499,7 @@ class StreamMachine:
         if self._leader:
             attempt = self._pending
             if attempt is not None:
-                due = attempt.started_ms + self.config.timeout_ms
+                due = attempt.started_ms + self._timeout_ms(attempt)
             elif self._should_start():
                 due = self._next_start_ms
             held = self._return
@@ -617,6 +623,13 @@ class StreamMachine:
     def _own_request_seen(self, attempt: _Attempt, round_: int, read_seq: int) -> None:
         attempt.local_max = max(attempt.local_max, read_seq)
         attempt.own_seen_round = max(attempt.own_seen_round, round_)
+
+    def _timeout_ms(self, attempt: _Attempt) -> int:
+        """A catch-up request may be lost with the write stream's messages it expired with
+        before sourcing resumed: asked again after the activity window."""
+        if attempt.catch_up:
+            return min(self.config.timeout_ms, self.config.active_window_ms)
+        return self.config.timeout_ms
 
     def _timed_out(self, attempt: _Attempt) -> list[Output]:
         return [SnapshotTimedOut(attempt.id, attempt.round, tuple(sorted(attempt.waiting)))]
@@ -984,9 +997,16 @@ class StreamMachine:
             return False
         return self._index.vector_at(position) != self._index.vector_at(before)
 
-    def _consumed(self, sub: _Sub, region: str) -> None:
-        sub.consumed_ms[region] = self._now
-        self._active_until = self._now + self.config.active_window_ms
+    def _signed(self, sub: _Sub, at_ms: int | None = None) -> None:
+        """Its own region's consumers passed `sub`'s data (now, or at `at_ms`): told to the
+        others with its next update."""
+        self._consumed(sub, self._region, at_ms)
+        sub.consumed_unsent = True
+
+    def _consumed(self, sub: _Sub, region: str, at_ms: int | None = None) -> None:
+        at = self._now if at_ms is None else min(at_ms, self._now)
+        sub.consumed_ms[region] = max(at, sub.consumed_ms.get(region, at))
+        self._active_until = max(self._active_until, at + self.config.active_window_ms)
 
     def _next_expiry(self) -> int | None:
         """When the next region stops counting as consuming a subscription (the gauges

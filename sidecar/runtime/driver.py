@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import structlog
@@ -88,6 +88,8 @@ class StreamDriver:
         # the machine, and whether a signal said positions moved.
         self._told_seq = 0
         self._moved = False
+        self._acked: dict[str, int] = {}
+        """Per consumer, when (the handles' clock) it was last acked here since the last read."""
         self._needs = Needs(None, signals=False)  # the machine's, after its last job
         self._steps = 0  # jobs applied
         self._observed = -1  # `_steps` when the observer last looked at the machine
@@ -121,15 +123,22 @@ class StreamDriver:
         write): told to the machine at the next interval."""
         self._moved = True
 
+    def acked(self, consumer: str, stream_seq: int) -> None:
+        """An application acked `consumer`'s message at `stream_seq` here: when, told to the
+        machine with the next read (`PositionsListing.acked`)."""
+        self._acked[consumer] = self._handles.clock()
+
     async def read_positions(self) -> PositionsListing:
-        """Durables and external cursors read again (see `LocalSubscriptions.read`)."""
+        """Durables and external cursors read again (see `LocalSubscriptions.read`), with
+        the acks heard since the last read."""
         self._metrics.position_read(self.vs.name)
         generation = self.machine.generation if self.machine is not None else 0
         listing = await self.subscriptions.read(
             self._handles.port, self._handles.cursors(), generation
         )
         self.observer.durables_receiving_markers(self.subscriptions.receiving_markers)
-        return listing
+        acked, self._acked = self._acked, {}
+        return replace(listing, acked=acked) if acked else listing
 
     # ---- the loops ------------------------------------------------------------------------
 

@@ -67,7 +67,7 @@ class IntervalLoop:
         read_stream = driver.vs.read_stream(self._handles.region)
         name = driver.vs.name
         self._signals[name] = await signals.follow_consumers(
-            self._handles.port, read_stream, driver.moved
+            self._handles.port, read_stream, driver.moved, driver.acked
         )
         driver.read_later = self._queue.put_nowait
         self._drivers.append(driver)

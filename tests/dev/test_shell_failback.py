@@ -304,41 +304,52 @@ def test_the_shell_world_catches_a_release_before_the_data_tail() -> None:
     assert result.violation.startswith("failback safety:"), result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="found by make soak, not fixed yet: see the docstring")
+class AsksOnce(StreamMachine):
+    """Asks for a catch-up again only after the snapshot timeout, as before the fix."""
+
+    def _timeout_ms(self, attempt: Any) -> int:
+        return self.config.timeout_ms
+
+
+SEED_821305039233 = ShellParams(  # as `make soak` drew them
+    regions=2,
+    interval_ms=200,
+    max_delay_ms=10,
+    link_delay_ms=150,
+    produce_gap_ms=120,
+    consume_gap_ms=100,
+    consume_batch=5,
+    failover_ms=3000,
+    run_ms=28866,
+    calm_ms=12400,
+    lease_ttl_ms=3000,
+    crashes=True,
+    partitions=True,
+    freezes=True,
+    tail_lag_ms=100,
+    write_max_age_ms=1933,
+    healed=True,
+    failback_ms=5726,
+    reconnect_ms=5840,
+)
+
+
 def test_soak_seed_821305039233_the_hold_ends_once_sourcing_resumed() -> None:
     """Found by `make soak` (seed 821305039233) once the limits of the runtime's world met
     the returning region: r0 held its durable from 9,059 ms; sourcing with every region
-    resumed at 12,183 ms and it was still held at 15,100 ms (failback liveness). The write
-    streams keep messages 1,933 ms only (`write_max_age_ms`), less than the 5,840 ms the
-    links took to reconnect: the likely cause, not yet confirmed, is a catch-up request that
-    expired from r0's write stream before it was sourced to r1, so that r1 never answered
-    and r0 asks again only after its attempt's timeout of 30 s. The same seed passes with no
-    age limit and with one of 8,000 ms. A returned region could ask again as soon as a
-    source reconnects instead; until then the hold is bounded by the attempt's timeout and
-    `failback.hold_s`."""
-    params = ShellParams(
-        regions=2,
-        interval_ms=200,
-        max_delay_ms=10,
-        link_delay_ms=150,
-        produce_gap_ms=120,
-        consume_gap_ms=100,
-        consume_batch=5,
-        failover_ms=3000,
-        run_ms=28866,
-        calm_ms=12400,
-        lease_ttl_ms=3000,
-        crashes=True,
-        partitions=True,
-        freezes=True,
-        tail_lag_ms=100,
-        write_max_age_ms=1933,
-        healed=True,
-        failback_ms=5726,
-        reconnect_ms=5840,
-    )
-    result = run_shell(821305039233, params)
+    resumed at 12,183 ms and it was still held at 15,100 ms (failback liveness). Its write
+    stream keeps messages 1,933 ms only (`write_max_age_ms`), less than the 5,840 ms the
+    links took to reconnect: its catch-up request expired before it was sourced to r1, r1
+    never answered, and r0 asked again only after the snapshot timeout of 30 s. A catch-up
+    request is now asked again after ten intervals (`active_window_ms`). The same run then
+    showed a gap in the checker: r0's messages written just before the loss expired before
+    any link carried them, and r1's vector passed their gap; no read stream can deliver them
+    (`limits.Excuses`: unreachable)."""
+    result = run_shell(821305039233, SEED_821305039233)
     assert result.violation is None, result.report()
+    broken = run_shell(821305039233, SEED_821305039233, machine_factory=AsksOnce)
+    assert broken.violation is not None, broken.report()
+    assert "failback liveness:" in broken.violation, broken.report()
 
 
 def test_soak_seed_92728154785_no_consuming_sign_after_a_users_deletion() -> None:
@@ -441,3 +452,44 @@ def test_soak_seed_776237995758_a_purge_during_a_read_gives_no_sign() -> None:
     )
     result = run_shell(776237995758, params)
     assert result.violation is None, result.report()
+
+
+SEED_931780330598 = ShellParams(  # as `make soak` drew them
+    regions=3,
+    interval_ms=200,
+    max_delay_ms=10,
+    link_delay_ms=150,
+    consume_batch=1,
+    failover_ms=6000,
+    run_ms=24285,
+    crashes=True,
+    action_failures=0.3,
+    timeout_ms=5000,
+    freezes=True,
+    read_max_age_ms=2381,
+    write_max_msgs=218,
+    twins=0.25319490966573815,
+    failback_ms=8790,
+    reconnect_ms=5795,
+    both_consume=True,
+    quiet_return=True,
+)
+
+
+class IgnoresAcks(StreamMachine):
+    """Takes its region's consumption signs from the floors alone, not from the acks."""
+
+    def positions_listed(self, listing: PositionsListing) -> list[Output]:
+        return super().positions_listed(dataclasses.replace(listing, acked={}))
+
+
+def test_soak_seed_931780330598_an_application_at_the_age_limit_is_reported_consuming() -> None:
+    """Found by `make soak` (seed 931780330598): r1's application, consuming one message at a
+    time after the return, lagged at the edge of r1's read-stream age limit (2.4 s): every
+    message it acked was removed before the next read, its floor only followed the first
+    stored message, and r1 was never reported consuming. The acks' signals, which name the
+    message each settles, are now the sign (docs/protocol.md §8); floors alone miss it."""
+    result = run_shell(931780330598, SEED_931780330598)
+    assert result.violation is None, result.report()
+    broken = run_shell(931780330598, SEED_931780330598, machine_factory=IgnoresAcks)
+    assert broken.violation is not None and "consumed in:" in broken.violation, broken.report()

@@ -393,7 +393,6 @@ def test_the_checks_follow_every_durable() -> None:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="found by the shell world: see the docstring")
 def test_seed_9_a_sign_is_not_lost_to_an_index_behind_the_read() -> None:
     """Found once runs drew several durables (seed 9 as `run_shell` draws it: two durables,
     two regions, a return with both regions consuming, the tails lagging up to 100 ms).
@@ -402,9 +401,9 @@ def test_seed_9_a_sign_is_not_lost_to_an_index_behind_the_read() -> None:
     time) and at 1303 at 21,592 ms, while its origin index stood at 1297: the positions
     reads ran ahead of the data tail, `StreamMachine._consumed_here` saw no data between
     the floor and the position and took no sign, and its floor moved past them, so no later
-    read sees that consumption and r1's leader never reports r1 consuming (`consumed in`).
-    A product question (`_consumed_here` could keep its floor where its index stood), not
-    fixed here: sidecar/ is another engineer's."""
+    read saw that consumption and r1's leader never reported r1 consuming (`consumed in`).
+    Fails before main's e9805fa (acks are consumption signs: the acks of 1298 and 1299 now
+    sign r1's consumption whatever the index), passes since."""
     result = run_shell(9)
     assert result.violation is None, result.report()
 

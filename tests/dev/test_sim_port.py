@@ -107,13 +107,13 @@ def test_key_values_and_signals() -> None:
         assert await kv.update("k", b"2", first) > first
         with pytest.raises(KeyWrongLastSequenceError):
             await kv.update("k", b"3", first)
-        heard: list[int] = []
-        listener = await port.listen("$JS.ACK.orders.>", lambda: heard.append(1))
-        net.signal("$JS.ACK.orders.app.1.1.1")
-        net.signal("$JS.ACK.other.app.1.1.1")
+        heard: list[tuple[str, bytes]] = []
+        listener = await port.listen("$JS.ACK.orders.>", lambda s, p: heard.append((s, p)))
+        net.signal("$JS.ACK.orders.app.1.1.1.0.0", b"+ACK")
+        net.signal("$JS.ACK.other.app.1.1.1.0.0")
         await listener.stop()
-        net.signal("$JS.ACK.orders.app.1.2.2")
-        assert heard == [1]
+        net.signal("$JS.ACK.orders.app.1.2.2.0.0")
+        assert heard == [("$JS.ACK.orders.app.1.1.1.0.0", b"+ACK")]
         await port.consumer_create(
             STREAM, "p", {"durable_name": "p", "deliver_policy": "all"}, "create", timeout_s=1
         )

@@ -216,3 +216,60 @@ def test_a_floor_that_followed_the_streams_removals_is_not_consumption() -> None
     passed = PositionsListing(m.generation, SUBS, {"d": 8}, 13, False, first_seq=7)
     (update,) = updates(m.read_done(passed))
     assert update.consuming and consumed_in(m) == ("a",)
+
+
+def test_an_ack_is_consumption_where_the_floor_only_followed_the_removals() -> None:
+    """An application at the edge of a read stream's age limit: each message it acks is
+    removed before the next read, so its floor only ever follows the first stored message
+    (no sign from the positions). Its acks, heard with the read, are the sign (`make soak`
+    seed 931780330598, tests/dev/test_shell_failback.py)."""
+    m = machine()
+    m.tick(2_000)
+    at_the_edge = PositionsListing(m.generation, SUBS, {"d": 6}, 13, False, first_seq=7)
+    assert not any(u.consuming for u in updates(m.read_done(at_the_edge)))
+    m.tick(3_000)
+    acked = PositionsListing(
+        m.generation, SUBS, {"d": 7}, 13, False, first_seq=8, acked={"d": 2_900, "other": 2_950}
+    )
+    (update,) = updates(m.read_done(acked))
+    assert update.consuming and consumed_in(m) == ("a",)
+
+
+def test_acks_of_a_follower_or_of_a_durable_not_replicated_are_no_sign() -> None:
+    """Only a leader takes its region's signs (a follower's view of the floors includes the
+    leader's moves), and only of replicated durables, its first read included."""
+    subs = {**SUBS, "local": SubscriptionInfo(replicated=False)}
+    m = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS))
+    m.tick(1_000)
+    m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False))
+    m.tick(2_000)
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 1_900}))
+    assert consumed_in(m) == ()
+    m.became_leader(1)
+    m.tick(3_000)
+    listing = PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"local": 2_900})
+    m.read_done(listing)
+    assert consumed_in(m) == ()
+    m.tick(4_000)
+    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 3_900}))
+    assert consumed_in(m) == ("a",)
+
+
+def test_an_ack_heard_long_before_the_read_is_a_sign_of_then() -> None:
+    """A replica that read nothing for a while (a follower until now) hears of acks at its
+    next read: a sign of when they were heard, none when that is past the window (the shell
+    simulation: a restarted replica that led four seconds after its application stopped)."""
+    m = machine()
+    m.tick(20_000)
+    stale = PositionsListing(m.generation, SUBS, {"d": 0}, 13, False, acked={"d": 9_000})
+    assert not any(u.consuming for u in updates(m.read_done(stale)))
+    assert consumed_in(m) == ()
+    m.tick(21_000)
+    recent = PositionsListing(m.generation, SUBS, {"d": 0}, 13, False, acked={"d": 12_000})
+    m.read_done(recent)
+    assert consumed_in(m) == ("a",)
+    m.tick(12_000 + WINDOW_MS - 1)
+    assert consumed_in(m) == ("a",)
+    m.tick(12_000 + WINDOW_MS)
+    assert consumed_in(m) == ()

@@ -34,6 +34,7 @@ from sidecar.protocol.origins import DataEntry
 
 STREAM = "V"
 HOLD_MS = 60_000
+WINDOW_MS = 10_000  # ten intervals of 1 s: `MachineConfig.active_window_ms`
 DURABLE = {"d": SubscriptionInfo(config=b"cfg-d")}
 SILENT: Mapping[str, int | None] = {"b": None, "c": None}
 
@@ -296,11 +297,37 @@ def test_the_hold_expires_when_a_region_never_answers() -> None:
     a = machine("a", timeout_ms=2 * HOLD_MS)
     lead(a, 10, SILENT, now=1_000)
     catch_up_request(a.interval(1_100, 12))
+    for asked in range(1_100, HOLD_MS - WINDOW_MS, WINDOW_MS):
+        assert a.needs().deadline_ms == asked + WINDOW_MS
+        catch_up_request(a.tick(asked + WINDOW_MS))
     assert a.needs().deadline_ms == 1_000 + HOLD_MS
     out = a.tick(1_000 + HOLD_MS)
     assert ReleaseConsumer("d") in out
     assert FailbackReleased("d", HOLD_MS, ("b",)) in out
     assert a.held == 0
+
+
+def test_an_unanswered_catch_up_request_is_asked_again_after_ten_intervals() -> None:
+    """A request written while sourcing is down may expire from the write stream (its age
+    limit shorter than the time sourcing takes to resume) and never reach the others: asked
+    again after `active_window_ms`, whatever the snapshot timeout (`make soak` seed
+    821305039233). An answer to any of them counts."""
+    b = machine("b")
+    lead(b, 10, {"a": 100})
+    a = machine("a")
+    lead(a, 10, SILENT)
+    first = catch_up_request(a.interval(1_100, 12))
+    assert a.needs().deadline_ms == 1_100 + WINDOW_MS
+    assert published(a.tick(1_100 + WINDOW_MS - 1)) == []
+    again = catch_up_request(a.tick(1_100 + WINDOW_MS))
+    assert again.body != first.body
+    b.marker_seen(13, again)
+    b.interval(11_200, 13)
+    markers_at(a, 11, 12, 13)
+    for seq, marker in enumerate(published(b.read_done(listing(b, 10, {"a": 100}))), start=14):
+        a.marker_seen(seq, marker)
+    a.interval(11_300, 16)
+    assert ReleaseConsumer("d") in a.read_done(listing(a, 10, {"b": 50}))
 
 
 def test_a_leader_that_steps_down_leaves_the_hold_to_its_deadline_and_its_successor() -> None:

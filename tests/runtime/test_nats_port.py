@@ -122,23 +122,18 @@ async def test_a_pause_lasts_the_seconds_asked_and_none_resumes(
 
 
 async def test_listen_hears_each_message_until_stopped(port: JetStreamPort, nc: Client) -> None:
-    heard = 0
-
-    def count() -> None:
-        nonlocal heard
-        heard += 1
-
-    listener = await port.listen("signals.>", count)
+    heard: list[tuple[str, bytes]] = []
+    listener = await port.listen("signals.>", lambda s, p: heard.append((s, p)))
     for subject in ("signals.a", "signals.b", "other"):
-        await nc.publish(subject, b"")
+        await nc.publish(subject, subject.encode())
     await nc.flush()
     await asyncio.sleep(0.1)
-    assert heard == 2
+    assert heard == [("signals.a", b"signals.a"), ("signals.b", b"signals.b")]
     await listener.stop()
     await nc.publish("signals.a", b"")
     await nc.flush()
     await asyncio.sleep(0.1)
-    assert heard == 2
+    assert len(heard) == 2
 
 
 async def test_key_value_binds_an_existing_bucket(

@@ -59,7 +59,7 @@ class SimNet:
         ordered consumer): each of a process's tails lags on its own."""
         self.changed = asyncio.Condition()
         """Notified whenever a stream may hold new messages (live reads wait on it)."""
-        self._listeners: list[tuple[str, Callable[[], None]]] = []
+        self._listeners: list[tuple[str, Callable[[str, bytes], None]]] = []
 
     async def run(self) -> None:
         """Keep the simulated JetStream settled as virtual time passes (forever)."""
@@ -96,13 +96,13 @@ class SimNet:
         await self.delay()
         return result
 
-    def signal(self, subject: str) -> None:
+    def signal(self, subject: str, payload: bytes = b"") -> None:
         """A core-NATS message on `subject` (an ack, an advisory): heard by the listeners."""
         for pattern, heard in list(self._listeners):
             if subject_within(subject, pattern):
-                heard()
+                heard(subject, payload)
 
-    def add_listener(self, subject: str, heard: Callable[[], None]) -> _SimListener:
+    def add_listener(self, subject: str, heard: Callable[[str, bytes], None]) -> _SimListener:
         entry = (subject, heard)
         self._listeners.append(entry)
         return _SimListener(self._listeners, entry)
@@ -130,7 +130,9 @@ class ProcessNet(SimNet):
 
 class _SimListener:
     def __init__(
-        self, listeners: list[tuple[str, Callable[[], None]]], entry: tuple[str, Callable[[], None]]
+        self,
+        listeners: list[tuple[str, Callable[[str, bytes], None]]],
+        entry: tuple[str, Callable[[str, bytes], None]],
     ) -> None:
         self._listeners = listeners
         self._entry = entry
@@ -312,7 +314,7 @@ class SimPort:
     async def key_value(self, bucket: str) -> SimBucket:
         return SimBucket(self._net, await self._net.call(lambda: self._net.js.key_value(bucket)))
 
-    async def listen(self, subject: str, heard: Callable[[], None]) -> Listener:
+    async def listen(self, subject: str, heard: Callable[[str, bytes], None]) -> Listener:
         return self._net.add_listener(subject, heard)
 
     def _consumer_json(self, info: ConsumerInfo) -> ApiJson:

@@ -155,7 +155,11 @@ class Applications:
                     world.stats["duplicates"] += 1
                 consumed[key] += 1
                 js.ack(read, name, d.stream_seq)
-                self._net.signal(f"$JS.ACK.{read}.{name}.1.{d.stream_seq}.{d.consumer_seq}")
+                self._net.signal(
+                    f"$JS.ACK.{read}.{name}.1.{d.stream_seq}.{d.consumer_seq}"
+                    f".{world.now_ms() * 1_000_000}.0",
+                    b"+ACK",
+                )
             world.stats["consumed"] += len(deliveries)
             if deliveries:
                 last = deliveries[-1].stream_seq

@@ -126,6 +126,14 @@ class Excuses:
                 if why is not None:
                     self.stats[why.split(" ", 1)[0]] += 1
                     return why
+        if all(
+            self._ledger.never_reaches(x, c) for c in self.copies(data) for x in self._vs.regions
+        ):
+            # Its write stream removed it before any link carried it (a region cut off longer
+            # than its write stream's age limit): no read stream can deliver it, and a vector
+            # passing its gap skips nothing anywhere (`make soak` seed 821305039233).
+            self.stats["unreachable"] += 1
+            return f"unreachable {data} reaches no read stream"
         return None
 
     def _removed_under(self, copy: DataId, x: str) -> str | None:
