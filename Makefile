@@ -29,7 +29,7 @@ help:
 	@echo "make proto-format - format protos/ with buf"
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
-	@echo "make config-schema - regenerate the chart's config schema from sidecar/config"
+	@echo "make config-schema - regenerate the chart's config schema and docs/configuration.md's keys from sidecar/config"
 	@echo "make soak SECONDS=600 - run the simulations (leases, the real runtime) for as long as asked"
 	@echo "make sim-variants SEEDS=40 - the real runtime's simulation over SEEDS seeds of every kind of run"
 	@echo "make chaos SEEDS=10 SECONDS=60 [FIRST_SEED=1] - randomized fault campaign, a run per seed"
@@ -126,8 +126,8 @@ proto-release: $(STAMP)
 	$(BIN)/python protos/breaking.py --release
 
 # The Helm chart as chart-testing lints it (each ci/*-values.yaml: lint, render, validate),
-# its README generated from the values' comments and its `config` schema from the sidecar's
-# settings model.
+# its README generated from the values' comments and its `config` schema (with the table of
+# keys of docs/configuration.md) from the sidecar's settings model.
 chart-check: $(STAMP)
 	$(BIN)/python scripts/helm_tool.py ci helm/rsub-sidecar
 	$(BIN)/python scripts/chart_readme.py --check

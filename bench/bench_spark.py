@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from sidecar.naming import VirtualStream  # noqa: E402
 from spark_jobs import rsub_spark  # noqa: E402
-from tests.support.spark_helpers import NatsServer, create_layout, wait_sourced  # noqa: E402
+from tests.support.nats_servers import LoneServer  # noqa: E402
+from tests.support.spark_helpers import create_layout, wait_sourced  # noqa: E402
 
 
 async def publish(url: str, vstream: VirtualStream, count: int, payload: bytes) -> None:
@@ -159,7 +160,8 @@ def main() -> int:
         : args.payload_bytes
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        server = NatsServer(Path(tmp))
+        server = LoneServer(Path(tmp))
+        server.start()
         try:
             vstream = asyncio.run(_setup(server.url, args.messages, payload, not args.consumer))
             read_stream = vstream.read_stream("west")

@@ -12,6 +12,9 @@ loop); a 3-region cluster starts in about 5-6 s.
   `cluster = await make_cluster(["a", "b"], servers_per_region=3)`; takes the keyword
   arguments of `LocalSuperCluster` (the directory defaults to a fresh one under `tmp_path`);
   annotate it as `rsub_dev.cluster.ClusterFactory`.
+- `js_server`: one stand-alone JetStream server for the whole test module (the adapter tests
+  of tests/nats and the runtime's tests that need no cluster); `nc`: a client of it,
+  connected once JetStream can create streams.
 
 Tests that use them should be marked `@pytest.mark.integration`.
 
@@ -22,16 +25,20 @@ file's seconds of a run in `tests/durations.json`, the order's source.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import nats
 import pytest
+from nats.aio.client import Client
 
 from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from tests.support import work_units
+from tests.support.nats_servers import LoneServer
 
 if TYPE_CHECKING:
     from xdist.remote import Producer
@@ -60,6 +67,33 @@ async def cluster3(make_cluster: ClusterFactory) -> LocalSuperCluster:
 @pytest.fixture
 async def cluster2(make_cluster: ClusterFactory) -> LocalSuperCluster:
     return await make_cluster(["west", "east"])
+
+
+@pytest.fixture(scope="module")
+def js_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoneServer]:
+    """A stand-alone JetStream server for the whole test module."""
+    server = LoneServer(tmp_path_factory.mktemp("nats"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def nc(js_server: LoneServer) -> AsyncIterator[Client]:
+    """A client connected once JetStream can create streams (it needs a meta leader)."""
+    client = await nats.connect(js_server.url)
+    js = client.jetstream()
+    for _ in range(300):
+        with contextlib.suppress(Exception):
+            await js.add_stream(name="probe", subjects=["probe"], max_consumers=1)
+            break
+        await asyncio.sleep(0.1)
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,7 +1,7 @@
 """`Service`: a sidecar's `Runtime` serving the API, what `rsub run` runs.
 
 The runtime (`sidecar.runtime.Runtime`) knows nothing of the servers; this layer starts the
-gRPC and HTTP servers around it, over it as their backend and its metrics::
+gRPC and HTTP servers around it, over its backend (`Runtime.backend`) and its metrics::
 
     service = Service(config)          # a Runtime that also serves (serve=False: it does not)
     await service.start()              # serve gRPC + HTTP (not ready yet), then the bring-up
@@ -52,9 +52,15 @@ class Service(Runtime):
             grpc_cfg = self.config.grpc
             token = grpc_cfg.auth_token.reveal() if grpc_cfg.auth_token is not None else None
             self._grpc = await start_grpc_server(
-                self, grpc_cfg.listen, auth_token=token, tls=grpc_cfg.tls, metrics=self.metrics
+                self.backend,
+                grpc_cfg.listen,
+                auth_token=token,
+                tls=grpc_cfg.tls,
+                metrics=self.metrics,
             )
-            self._http = await start_http_server(self, self.metrics, self.config.http.listen)
+            self._http = await start_http_server(
+                self.backend, self.metrics, self.config.http.listen
+            )
         await super().start()
 
     async def stop(self) -> None:

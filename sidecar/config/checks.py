@@ -1,7 +1,7 @@
 """What every settings section shares: its error, its field checks, and checking itself.
 
-A section is a frozen dataclass deriving from `Section`: a field's check sits in its
-metadata (`checked_by`), a rule spanning several fields in the section's `_check`, and the
+A section is a frozen dataclass deriving from `Section`: a field's meaning and check sit in
+its metadata (`setting`), a rule spanning several fields in the section's `_check`, and the
 section runs both whenever it is built, from a file, the environment, command-line flags or
 Spark options alike (`ConfigError` if any fails). Each front end renders the key its own way.
 """
@@ -45,15 +45,28 @@ class ConfigError(ValueError):
         return cls([f"{key}: {problem}" for key, problem in items], keyed=items)
 
 
-def checked_by(check: Check | None = None, json: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A field's metadata: its check, and what it allows as JSON Schema keywords beyond the
-    field's type (`json`), from which `scripts/config_schema.py` writes the chart's values
-    schema: the two say the same, side by side."""
-    return {"check": check, "json": json or {}}
+def setting(
+    meaning: str,
+    check: Check | None = None,
+    json: Mapping[str, Any] | None = None,
+    *,
+    kind: str | None = None,
+) -> dict[str, Any]:
+    """A field's metadata: what it means, and what kind of value it takes when its type says
+    less (`kind`: "list of URLs" for a tuple of strings), for the reference table of
+    docs/configuration.md; its check; and what the check allows as JSON Schema keywords
+    beyond the field's type (`json`), for the chart's values schema. `scripts/config_schema.py`
+    writes both from here, so the docs, the chart and the sidecar say the same."""
+    return {"meaning": meaning, "kind": kind, "check": check, "json": json or {}}
 
 
 POSITIVE = {"exclusiveMinimum": 0}
 NOT_NEGATIVE = {"minimum": 0}
+
+
+def positive_setting(meaning: str) -> dict[str, Any]:
+    """The metadata of a number that must be positive (`setting`)."""
+    return setting(meaning, positive, POSITIVE)
 
 
 def problems_in(section: type, values: Mapping[str, Any]) -> list[Problem]:

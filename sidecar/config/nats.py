@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config.checks import (
-    POSITIVE,
     ConfigError,
     Problem,
     Section,
     cert_and_key,
-    checked_by,
     existing_file,
-    positive,
+    positive_setting,
+    setting,
 )
 from sidecar.config.secrets import Secret, repr_hiding_userinfo
 
@@ -35,10 +34,23 @@ def _nats_urls(value: tuple[str, ...]) -> str | None:
 
 @dataclass(frozen=True)
 class NatsTlsConfig(Section):
-    ca_file: Path | None = field(default=None, metadata=checked_by(existing_file))
-    cert_file: Path | None = field(default=None, metadata=checked_by(existing_file))
-    key_file: Path | None = field(default=None, metadata=checked_by(existing_file))
-    server_name: str | None = None
+    ca_file: Path | None = field(
+        default=None,
+        metadata=setting("CA bundle to verify the servers; must exist", existing_file),
+    )
+    cert_file: Path | None = field(
+        default=None,
+        metadata=setting(
+            "client certificate (mutual TLS); set with `key_file`; must exist", existing_file
+        ),
+    )
+    key_file: Path | None = field(
+        default=None,
+        metadata=setting("client key; set with `cert_file`; must exist", existing_file),
+    )
+    server_name: str | None = field(
+        default=None, metadata=setting("name expected in the server certificate")
+    )
 
     _check = staticmethod(cert_and_key)
 
@@ -50,16 +62,25 @@ class NatsTlsConfig(Section):
 @dataclass(frozen=True)
 class NatsConfig(Section):
     servers: tuple[str, ...] = field(
-        metadata=checked_by(
-            _nats_urls, {"minItems": 1, "items": {"pattern": "^(nats|tls|ws|wss)://"}}
+        metadata=setting(
+            "the local region's NATS servers, `nats://`, `tls://`, `ws://` or `wss://` "
+            "`host[:port]`",
+            _nats_urls,
+            {"minItems": 1, "items": {"pattern": "^(nats|tls|ws|wss)://"}},
+            kind="list of URLs",
         )
     )
-    user: str | None = None
-    password: Secret | None = None
-    token: Secret | None = None
-    creds_file: Path | None = field(default=None, metadata=checked_by(existing_file))
+    user: str | None = field(default=None, metadata=setting("user name; needs `nats.password`"))
+    password: Secret | None = field(default=None, metadata=setting("password; needs `nats.user`"))
+    token: Secret | None = field(default=None, metadata=setting("token authentication"))
+    creds_file: Path | None = field(
+        default=None,
+        metadata=setting("a NATS `.creds` file (JWT + nkey); must exist", existing_file),
+    )
     tls: NatsTlsConfig = field(default_factory=NatsTlsConfig)
-    connect_timeout_s: float = field(default=5.0, metadata=checked_by(positive, POSITIVE))
+    connect_timeout_s: float = field(
+        default=5.0, metadata=positive_setting("connection timeout, seconds")
+    )
 
     __repr__ = repr_hiding_userinfo
 

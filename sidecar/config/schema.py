@@ -13,14 +13,13 @@ from typing import Any
 
 from sidecar.config.checks import (
     NOT_NEGATIVE,
-    POSITIVE,
     Problem,
     Section,
     cert_and_key,
-    checked_by,
     existing_file,
     not_negative,
-    positive,
+    positive_setting,
+    setting,
 )
 from sidecar.config.nats import NatsConfig
 from sidecar.config.secrets import Secret
@@ -36,7 +35,12 @@ from sidecar.naming import (
 # What the checks allow, in JSON Schema terms (a stream pattern's full rule is the naming
 # contract's, checked with the streams: `Config._check`).
 _NAME = {"pattern": TOKEN_PATTERN}
-_STREAM_PATTERN = checked_by(json={"pattern": r"\{region\}"})
+
+
+def _stream_pattern(meaning: str) -> dict[str, Any]:
+    """The metadata of a stream name's pattern over {name} and {region}."""
+    return setting(meaning, json={"pattern": r"\{region\}"}, kind="pattern")
+
 
 # JetStream KV bucket names (the lease bucket).
 BUCKET_RE = re.compile(r"[A-Za-z0-9_-]+")
@@ -116,10 +120,30 @@ def _cluster_names(value: Mapping[str, str]) -> str | None:
 class StreamConfig(Section):
     """A virtual stream; `write_stream`/`read_stream` are patterns over {name} and {region}."""
 
-    name: str = field(metadata=checked_by(json=_NAME))
-    write_stream: str = field(default=DEFAULT_WRITE_STREAM, metadata=_STREAM_PATTERN)
-    read_stream: str = field(default=DEFAULT_READ_STREAM, metadata=_STREAM_PATTERN)
-    replicas: int = field(default=1, metadata=checked_by(_replicas, _REPLICAS))
+    name: str = field(
+        metadata=setting(
+            "virtual stream name `V`: `[A-Za-z0-9][A-Za-z0-9_-]*` (so never starting with `_`)",
+            json=_NAME,
+            kind="name",
+        )
+    )
+    write_stream: str = field(
+        default=DEFAULT_WRITE_STREAM,
+        metadata=_stream_pattern(
+            "name of each region's write stream; placeholders `{name}` and `{region}`, both "
+            "required"
+        ),
+    )
+    read_stream: str = field(
+        default=DEFAULT_READ_STREAM,
+        metadata=_stream_pattern(
+            "name of each region's read stream; must not collide with the write streams"
+        ),
+    )
+    replicas: int = field(
+        default=1,
+        metadata=setting("JetStream replicas of streams that rsub creates", _replicas, _REPLICAS),
+    )
 
 
 @dataclass(frozen=True)
@@ -129,14 +153,39 @@ class DiscoveryConfig(Section):
     write streams in this region exist, named by `read_stream`/`write_stream` (patterns over
     {name} and {region}, as for a listed stream). It never creates their streams."""
 
-    enabled: bool = False
+    enabled: bool = field(
+        default=False,
+        metadata=setting(
+            "also serve the virtual streams found in the account (see [Discovery](#discovery))"
+        ),
+    )
     match: tuple[str, ...] = field(
         default=("*",),
-        metadata=checked_by(_globs, {"minItems": 1, "items": {"pattern": f"^{_GLOB_RE.pattern}$"}}),
+        metadata=setting(
+            "names of the virtual streams to follow: `*`, `?` and `[...]` over "
+            "`[A-Za-z0-9_-]`, case-sensitive; a stream is followed when any glob matches",
+            _globs,
+            {"minItems": 1, "items": {"pattern": f"^{_GLOB_RE.pattern}$"}},
+            kind="list of globs",
+        ),
     )
-    interval_s: float = field(default=30.0, metadata=checked_by(positive, POSITIVE))
-    write_stream: str = field(default=DEFAULT_WRITE_STREAM, metadata=_STREAM_PATTERN)
-    read_stream: str = field(default=DEFAULT_READ_STREAM, metadata=_STREAM_PATTERN)
+    interval_s: float = field(
+        default=30.0,
+        metadata=positive_setting("how often the account's streams are listed"),
+    )
+    write_stream: str = field(
+        default=DEFAULT_WRITE_STREAM,
+        metadata=_stream_pattern(
+            "name of each region's write stream of a discovered stream, as `streams[].write_stream`"
+        ),
+    )
+    read_stream: str = field(
+        default=DEFAULT_READ_STREAM,
+        metadata=_stream_pattern(
+            "name of each region's read stream of a discovered stream, as "
+            "`streams[].read_stream`; the streams are found through it"
+        ),
+    )
 
     def matches(self, name: str) -> bool:
         """Whether the virtual-stream `name` matches one of the globs (case-sensitive)."""
@@ -154,12 +203,26 @@ class DiscoveryConfig(Section):
 
 @dataclass(frozen=True)
 class SnapshotConfig(Section):
-    interval_ms: int = field(default=1000, metadata=checked_by(positive, POSITIVE))
-    timeout_s: float = field(default=30.0, metadata=checked_by(positive, POSITIVE))
-    cache_size: int = field(default=30, metadata=checked_by(positive, POSITIVE))
-    sweep_intervals: int = field(default=120, metadata=checked_by(positive, POSITIVE))
-    """Every stream's positions are read at least once per this many intervals, whatever
-    the signals say (a missed signal only delays an update by as much)."""
+    interval_ms: int = field(
+        default=1000,
+        metadata=positive_setting("how often a snapshot may start (DESIGN §3.1)"),
+    )
+    timeout_s: float = field(
+        default=30.0,
+        metadata=positive_setting("an incomplete snapshot attempt is dropped after this"),
+    )
+    cache_size: int = field(
+        default=30,
+        metadata=positive_setting("snapshots cached per replicated subscription"),
+    )
+    sweep_intervals: int = field(
+        default=120,
+        metadata=positive_setting(
+            "every stream's positions are read at least once per this many intervals, "
+            "whatever the signals say ([design](design.md#work-that-follows-traffic)); a "
+            "missed signal delays an update by at most this"
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -167,11 +230,25 @@ class ProgressConfig(Section):
     """Progress vectors (DESIGN §7): the read stream's origins are indexed, vectors are sent
     with updates and applied. Off, rsub is PIP-33 only (for comparison, or to save the index)."""
 
-    enabled: bool = True
-    interval_ms: int | None = field(default=None, metadata=checked_by(positive, POSITIVE))
-    """How often a subscription's changed vector may go out, and its positions be read on a
-    signal: vectors need no round trip, so they may go out more often than snapshots start.
-    None: `snapshot.interval_ms`."""
+    enabled: bool = field(
+        default=True,
+        metadata=setting(
+            "progress vectors (DESIGN §7): index the read stream's origins, send vectors with "
+            "updates and apply the ones received; `false` is PIP-33 only (no index, no "
+            "headers-only tail)"
+        ),
+    )
+    interval_ms: int | None = field(
+        default=None,
+        metadata=positive_setting(
+            "how often a subscription's changed progress vector may go out, and its positions "
+            "be read after a signal; null: `snapshot.interval_ms` (the sidecar's interval loop "
+            "ticks at the shorter of the two; snapshots still start once per "
+            "`snapshot.interval_ms`). Vectors need no round trip: a shorter cadence means an "
+            "exact client receives less twice after a failover, for more position reads and "
+            "markers ([benchmarks](benchmarks.md#progress-cadence))"
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -180,28 +257,81 @@ class FailbackConfig(Section):
     durables until every other region told it what they consumed meanwhile, for `hold_s` at
     most (0: no guard)."""
 
-    hold_s: float = field(default=120.0, metadata=checked_by(not_negative, NOT_NEGATIVE))
+    hold_s: float = field(
+        default=120.0,
+        metadata=setting(
+            "the failback guard ([protocol](protocol.md#7-the-failback-guard)): a region that "
+            "returns (its servers restarted, no other region heard since) holds its replicated "
+            "durables until every other region has answered a catch-up request, for this many "
+            "seconds at most; `0` turns it off",
+            not_negative,
+            NOT_NEGATIVE,
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class LeaseConfig(Section):
     bucket: str = field(
-        default="rsub-leases", metadata=checked_by(_bucket, {"pattern": f"^{BUCKET_RE.pattern}$"})
+        default="rsub-leases",
+        metadata=setting(
+            "prefix of the region's KV bucket `<bucket>-<region>` (e.g. `rsub-leases-west`) "
+            "holding the leases (one per shard, design §5), the members and the external "
+            "cursors, `[A-Za-z0-9_-]+`",
+            _bucket,
+            {"pattern": f"^{BUCKET_RE.pattern}$"},
+            kind="KV bucket name",
+        ),
     )
-    ttl_s: float = field(default=10.0, metadata=checked_by(positive, POSITIVE))
-    # Streams are split into this many shards, each with its own lease: the unit of work
-    # the replicas of a region share (sidecar/nats/shards.py). Same value on every replica.
-    shards: int = field(default=32, metadata=checked_by(positive, POSITIVE))
-    # Replicas of the region's KV bucket (leases, members, cursors: `open_regional_kv`).
-    # None: as many as the region's cluster can place, up to 3.
-    replicas: int | None = field(default=None, metadata=checked_by(_replicas, _REPLICAS))
+    ttl_s: float = field(
+        default=10.0,
+        metadata=positive_setting(
+            "lease time-to-live; the holder renews every `ttl/3`; a dead replica's streams "
+            "are taken over about one TTL after its last renewal"
+        ),
+    )
+    # The shards' leases: sidecar/nats/shards.py.
+    shards: int = field(
+        default=32,
+        metadata=positive_setting(
+            "shards the streams are split into, each led by one replica: what the replicas "
+            "of a region share (`ceil(shards / replicas)` each). Same value on every replica; "
+            "1 makes one replica lead every stream and the others stand by"
+        ),
+    )
+    # The bucket is opened by `open_regional_kv` (sidecar/nats/regional_kv.py).
+    replicas: int | None = field(
+        default=None,
+        metadata=setting(
+            "replicas of the region's KV bucket (leases, members, cursors); null: as many as "
+            "the region's cluster can place, up to 3 (1 on a one-server cluster, logged at "
+            "info level as `kv_bucket_replicas_reduced`). A bucket found with fewer is raised "
+            "by a stream update, never lowered; one that cannot be raised is used as it is, "
+            "logged as `kv_bucket_replicas_low`: a warning when `lease.replicas` is set, info "
+            "level when null (a cluster too small for more is then expected). With one "
+            "replica, losing the server that holds it stops leadership and `CommitCursor` in "
+            "the region",
+            _replicas,
+            _REPLICAS,
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class GrpcTlsConfig(Section):
-    cert_file: Path | None = field(default=None, metadata=checked_by(existing_file))
-    key_file: Path | None = field(default=None, metadata=checked_by(existing_file))
-    client_ca_file: Path | None = field(default=None, metadata=checked_by(existing_file))
+    cert_file: Path | None = field(
+        default=None,
+        metadata=setting("server certificate; set with `key_file`; must exist", existing_file),
+    )
+    key_file: Path | None = field(
+        default=None, metadata=setting("server key; must exist", existing_file)
+    )
+    client_ca_file: Path | None = field(
+        default=None,
+        metadata=setting(
+            "require client certificates signed by this CA; needs server TLS", existing_file
+        ),
+    )
 
     @staticmethod
     def _check(v: Mapping[str, Any]) -> Iterator[Problem]:
@@ -216,20 +346,38 @@ class GrpcTlsConfig(Section):
 
 @dataclass(frozen=True)
 class GrpcConfig(Section):
-    listen: str = field(default="127.0.0.1:7070", metadata=checked_by(_listen))
-    auth_token: Secret | None = None
+    listen: str = field(
+        default="127.0.0.1:7070",
+        metadata=setting(
+            "gRPC API address; IPv6 as `[::]:7070`; port 0 picks a free port",
+            _listen,
+            kind="`host:port`",
+        ),
+    )
+    auth_token: Secret | None = field(
+        default=None,
+        metadata=setting("bearer token required by AdminService and CommitCursor"),
+    )
     tls: GrpcTlsConfig = field(default_factory=GrpcTlsConfig)
 
 
 @dataclass(frozen=True)
 class HttpConfig(Section):
-    listen: str = field(default="127.0.0.1:8080", metadata=checked_by(_listen))
+    listen: str = field(
+        default="127.0.0.1:8080",
+        metadata=setting("`/healthz`, `/readyz`, `/metrics`", _listen, kind="`host:port`"),
+    )
 
 
 @dataclass(frozen=True)
 class LogConfig(Section):
-    format: LogFormat = "auto"
-    level: LogLevel = "info"
+    format: LogFormat = field(
+        default="auto", metadata=setting("`auto`: JSON lines unless stdout is a terminal")
+    )
+    level: LogLevel = field(
+        default="info",
+        metadata=setting("applies to rsub's logs and to library logs (nats, aiohttp, grpc)"),
+    )
 
 
 # NamingError messages start with the VirtualStream field at fault; map it to our key.
@@ -238,16 +386,34 @@ _NAMING_FIELDS = {"name": "name", "write_pattern": "write_stream", "read_pattern
 
 @dataclass(frozen=True)
 class Config(Section):
-    region: str
+    region: str = field(metadata=setting("this sidecar's region; must be one of `regions`"))
     regions: tuple[str, ...] = field(
-        metadata=checked_by(_regions, {"minItems": 1, "uniqueItems": True, "items": _NAME})
+        metadata=setting(
+            "every region of the super-cluster; unique names matching `[A-Za-z0-9][A-Za-z0-9_-]*`",
+            _regions,
+            {"minItems": 1, "uniqueItems": True, "items": _NAME},
+            kind="list of names",
+        )
     )
     nats: NatsConfig
-    streams: tuple[StreamConfig, ...] = field(default=(), metadata=checked_by(_unique_streams))
+    streams: tuple[StreamConfig, ...] = field(
+        default=(),
+        metadata=setting(
+            "the virtual streams this sidecar serves, unique names; at least one unless "
+            "`discovery.enabled`",
+            _unique_streams,
+        ),
+    )
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     cluster_for_region: Mapping[str, str] = field(
         default_factory=lambda: types.MappingProxyType({}),
-        metadata=checked_by(_cluster_names, {"additionalProperties": {"pattern": r"^\S+$"}}),
+        metadata=setting(
+            "NATS cluster hosting a region's streams; a region not listed uses a cluster "
+            "named like the region",
+            _cluster_names,
+            {"additionalProperties": {"pattern": r"^\S+$"}},
+            kind="map region → cluster",
+        ),
     )
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     progress: ProgressConfig = field(default_factory=ProgressConfig)

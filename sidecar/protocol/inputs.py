@@ -27,6 +27,10 @@ class MachineConfig:
     hold_ms: int = 120_000
     """The failback guard (docs/protocol.md §7): how long a returning region holds its
     replicated durables at most while waiting for the other regions' progress (0: no guard)."""
+    lease_ttl_ms: int = 10_000
+    """How long the region's leader keeps its lease unrenewed (`lease.ttl_s`): another replica
+    may lead and move the durables only once a leader went that long without renewing, so a
+    positions read that far from the previous one may find another leader's moves (§8)."""
 
     @property
     def vector_interval_ms(self) -> int:
@@ -50,7 +54,7 @@ class MachineConfig:
             raise ValueError(
                 f"progress_interval_ms must be positive, got {self.progress_interval_ms}"
             )
-        for name in ("interval_ms", "timeout_ms", "history_size"):
+        for name in ("interval_ms", "timeout_ms", "history_size", "lease_ttl_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.cache_size < 2:
@@ -95,6 +99,8 @@ class PositionsListing:
     first_seq: int = 0
     """The read stream's first sequence, read with `last_seq` (0: not known): below it the
     stream removed its messages (limits, purges), and a durable's floor follows by itself."""
+    read_ms: int = 0
+    """When the read ended, on the machine's clock (0: not known)."""
     acked: Mapping[str, int] = field(default_factory=dict)
     """Per consumer acked by its applications in this region since the previous read, when
     it last was (the machine's clock; the acks' signals: best effort), for the consumption

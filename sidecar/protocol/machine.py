@@ -292,6 +292,7 @@ class StreamMachine:
         # Before anything below asks for a move. A leader's first read is its baseline: the
         # moves of the leader before it look like consumption from a follower's reads.
         self._first_seq = max(self._first_seq, listing.first_seq)
+        away = self._away(listing.read_ms)
         if self._leader:
             # Acks come from applications only, never from moves. One heard long ago (before
             # this replica led, it read nothing since) is a sign of then, if still recent.
@@ -300,7 +301,7 @@ class StreamMachine:
                 recent = acked_ms > self._now - self.config.active_window_ms
                 if sub is not None and sub.exists and sub.info.replicated and recent:
                     self._signed(sub, acked_ms)
-        if self._leader and not self._first_listing:
+        if self._leader and not self._first_listing and not away:
             for name, position in listing.positions.items():
                 sub = self._subs.get(name)
                 if sub is not None and sub.exists and self._consumed_here(sub, position):
@@ -333,16 +334,19 @@ class StreamMachine:
             out += self.marker_rejected(stored.seq, decoded)
         return out + self.tick(now_ms)
 
-    def action_done(self, action: SubscriptionAction, mark_delete: int) -> list[Output]:
+    def action_done(
+        self, action: SubscriptionAction, mark_delete: int, done_ms: int = 0
+    ) -> list[Output]:
         """The runtime carried out a move or creation this machine asked for; `mark_delete`
         is the subscription's position as the runtime read it back (below `ack_floor` when
-        the runtime left a consumer alone that had delivered up to it already)."""
+        the runtime left a consumer alone that had delivered up to it already), at `done_ms`
+        on the machine's clock (0: not known)."""
         sub = self._subs.get(action.subscription)
         if sub is None:
             return []
         sub.moving = False
         sub.exists = True
-        if self._leader and self._consumed_here(sub, mark_delete):
+        if self._leader and not self._away(done_ms) and self._consumed_here(sub, mark_delete):
             # Read back beyond the move's target over data: its consumers passed it while
             # the move was under way (taken as is, the next read would not see it).
             self._signed(sub)
@@ -996,6 +1000,13 @@ class StreamMachine:
         if position <= before or not sub.info.replicated or before < self._index.trimmed_through:
             return False
         return self._index.vector_at(position) != self._index.vector_at(before)
+
+    def _away(self, observed_ms: int) -> bool:
+        """Whether a position observed at `observed_ms` (0: not known) came a lease's time or
+        more after this machine last heard the clock: it may have been frozen meanwhile, its
+        lease lost and another replica leading and moving the durables, which it would take
+        for its consumers' (shell simulation, `make soak` seed 161639543428)."""
+        return observed_ms - self._now >= self.config.lease_ttl_ms if observed_ms else False
 
     def _signed(self, sub: _Sub, at_ms: int | None = None) -> None:
         """Its own region's consumers passed `sub`'s data (now, or at `at_ms`): told to the

@@ -14,17 +14,20 @@ Programmatic use (tests, the demo, `rsub run`)::
 
 `Runtime(config, holder=..., apply_topology=False)`: `holder` names this replica in the
 leases (default host-pid-random); `apply_topology=False` skips `apply_topology` at start (the
-streams must exist). `Runtime` implements `sidecar.api.backend.SidecarBackend` (answering
-with `views`, raising `errors`) and drives `SidecarMetrics` (`sidecar.metrics`); it serves
-nothing: `sidecar.api.service.Service`, a `Runtime` that serves gRPC and HTTP, is what
-`rsub run` runs.
+streams must exist). `runtime.backend` (a `RuntimeBackend`) implements
+`sidecar.api.backend.SidecarBackend` (answering with `views`, raising `errors`); the runtime
+answers the calls programs make of it (`await runtime.status()`, `get_subscription`, ...)
+by handing them to its backend. It drives `SidecarMetrics` (`sidecar.metrics`) and serves
+nothing: `sidecar.api.service.Service`, a `Runtime` that serves gRPC and HTTP over its
+backend, is what `rsub run` runs.
 
 One module per role:
 
-- `root`: `Runtime`, the composition root: brings up (connect, topology,
-  the region's KV bucket, shard leases), starts and stops one stream at a time, retries
-  with back-off, turns each shard lease's changes into leadership inputs of the shard's
-  streams, stops;
+- `root`: `Runtime`, the composition root: builds the handles, the drivers and the
+  backend over them (which it holds, and tells how far the bring-up got), brings up
+  (connect, topology, the region's KV bucket, shard leases), starts and stops one stream at
+  a time, retries with back-off, turns each shard lease's changes into leadership inputs of
+  the shard's streams, stops;
 - `discovery`: `StreamDiscovery`, with `discovery.enabled`: lists the account's streams
   every `discovery.interval_s`, has the root start the virtual streams that match and stop
   those whose read stream is gone;
@@ -40,8 +43,10 @@ One module per role:
 - `effects`: each action carried out on NATS, only while the stream's shard lease says this
   replica leads it with the machine's epoch;
 - `observer`: events and markers read, as metrics and structured logs;
-- `backend`: `RuntimeBackend`, the API's reads and writes (`SidecarBackend`), answered
-  with the views of `views` and failing with the errors of `errors` (the API imports both);
+- `backend`: `RuntimeBackend`, the API's reads and writes (`SidecarBackend`) over the
+  root's handles and drivers, answered with the views of `views` and failing with the
+  errors of `errors` (the API imports both); its readiness reads the root's
+  `BringUpState`;
 - `positions`: `LocalSubscriptions`, `V`'s durables (one consumer listing) and external
   cursors (one KV get), as last read, at their effective positions (a floor extended over
   the markers after it: `sidecar.nats.effective`);

@@ -1,4 +1,6 @@
-"""`RuntimeBackend`: the runtime's side of the API boundary (`sidecar.api.backend`).
+"""`RuntimeBackend`: the runtime's side of the API boundary (`sidecar.api.backend`), held by
+the root (`Runtime.backend`) over the same handles and drivers, and the bring-up state it
+reads the readiness from.
 
 Reads answer from each stream driver's machine (so they work on followers too) and from
 what the driver last read. Writes check the connection first, write to NATS, then hand what
@@ -11,6 +13,7 @@ leads that stream (the holder of its shard's lease).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import structlog
@@ -39,8 +42,18 @@ _SOURCE_ACTIVE_NS = 10 * 1_000_000_000
 _STREAM_INFO_TIMEOUT_S = 2.0
 
 
+@dataclass
+class BringUpState:
+    """How far the root's bring-up got: what the readiness reports beyond the handles."""
+
+    topology_applied: bool
+    # Once the bring-up has rebuilt every stream it started with.
+    streams_rebuilt: bool = False
+
+
 class RuntimeBackend:
-    """Implements `sidecar.api.backend.SidecarBackend`; `Runtime` adds the lifecycle."""
+    """Implements `sidecar.api.backend.SidecarBackend`; the root (`Runtime`) brings up and
+    runs the streams it answers for, and tells it how far it got (`bring_up`)."""
 
     def __init__(
         self,
@@ -49,7 +62,7 @@ class RuntimeBackend:
         drivers: dict[str, StreamDriver],
         *,
         holder: str,
-        topology_applied: bool,
+        bring_up: BringUpState,
     ) -> None:
         self.region = handles.region
         # This replica's name in the leases and the members (host-pid-suffix).
@@ -59,9 +72,7 @@ class RuntimeBackend:
         # The streams it runs: the root adds and removes those that discovery finds and drops.
         self._drivers = drivers
         self._listed = frozenset(drivers)
-        self._topology_applied = topology_applied
-        # Set by the root once the bring-up has rebuilt every stream it started with.
-        self._streams_rebuilt = False
+        self._bring_up = bring_up
 
     # ---- reads ----------------------------------------------------------------------------
 
@@ -82,9 +93,9 @@ class RuntimeBackend:
         leases = self._handles.leases
         return views.Readiness(
             connected=self._handles.conn.connected,
-            topology_applied=self._topology_applied,
+            topology_applied=self._bring_up.topology_applied,
             leadership_known=leases is not None and leases.known,
-            streams_rebuilt=self._streams_rebuilt,
+            streams_rebuilt=self._bring_up.streams_rebuilt,
         )
 
     async def get_subscription(self, stream: str, subscription: str) -> views.SubscriptionView:

@@ -212,7 +212,8 @@ class StreamDriver:
                 if mark_delete is None:
                     outputs.extend(machine.action_failed(output))
                 else:
-                    outputs.extend(machine.action_done(output, mark_delete))
+                    done_ms = self._handles.clock()
+                    outputs.extend(machine.action_done(output, mark_delete, done_ms))
 
     # ---- the interval (`IntervalLoop`) ---------------------------------------------------
 

@@ -88,6 +88,7 @@ class LocalSubscriptions:
             sources,
             None if since is None else max(0, self.read_ms - since),
             read.first_seq,
+            self.read_ms,
         )
         return self._last
 
@@ -104,6 +105,7 @@ class LocalSubscriptions:
             last.sources,
             last.leader_age_ms,
             last.first_seq,
+            last.read_ms,
         )
 
     def cursor_stored(self, subscription: str, value: int) -> int:

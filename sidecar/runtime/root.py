@@ -1,5 +1,12 @@
 """`Runtime`: the composition root of a sidecar's runtime (see the package docstring for the
-use); `sidecar.api.service.Service` serves the API around it."""
+use); `sidecar.api.service.Service` serves the API around it.
+
+The root builds the region's handles and the stream drivers, and holds the API backend
+(`backend`, a `RuntimeBackend` over the same handles and drivers) that answers the API's reads
+and writes; its own part is the lifecycle: the bring-up, the streams discovery adds and
+drops, the shards' leadership, the stop. For the programmatic use (tests, the demo, the
+devtools) it answers the reads and writes they make by handing each to the backend, which
+has the whole `SidecarBackend` (the servers are given the backend itself)."""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import os
 import socket
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -27,7 +34,8 @@ from sidecar.nats.topology import TopologyError, apply_topology
 from sidecar.protocol import MachineConfig
 from sidecar.protocol.leases import LeaseState
 from sidecar.protocol.shards import shard_of
-from sidecar.runtime.backend import RuntimeBackend
+from sidecar.runtime import views
+from sidecar.runtime.backend import BringUpState, RuntimeBackend
 from sidecar.runtime.discovery import StreamDiscovery
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
@@ -60,10 +68,11 @@ def machine_config(config: Config, vs: VirtualStream) -> MachineConfig:
         progress=config.progress.enabled,
         progress_interval_ms=config.progress.interval_ms,
         hold_ms=int(config.failback.hold_s * 1000),
+        lease_ttl_ms=int(config.lease.ttl_s * 1000),
     )
 
 
-class Runtime(RuntimeBackend):
+class Runtime:
     def __init__(
         self,
         config: Config,
@@ -73,23 +82,29 @@ class Runtime(RuntimeBackend):
         metrics: SidecarMetrics | None = None,
     ) -> None:
         self.config = config
-        holder = holder or default_holder()
+        self.region = config.region
+        # This replica's name in the leases and the members (host-pid-suffix).
+        self.holder = holder or default_holder()
         self.metrics = metrics or SidecarMetrics()
         conn = NatsConnection(
             config.nats,
-            name=f"rsub-{config.region}-{holder}",
+            name=f"rsub-{config.region}-{self.holder}",
             on_change=self.metrics.set_nats_connected,
         )
         # The port follows the connection's client (it needs none before the bring-up).
         handles = RegionHandles(config.region, conn, NatsPort(conn))
+        self._handles = handles
+        # The streams it runs (discovery adds and drops some), shared with the backend.
         drivers = {
             vs.name: StreamDriver(vs, machine_config(config, vs), handles, self.metrics)
             for vs in config.virtual_streams
         }
-        super().__init__(
-            config.regions, handles, drivers, holder=holder, topology_applied=not apply_topology
+        self._drivers = drivers
+        self._state = BringUpState(topology_applied=not apply_topology)
+        self.backend = RuntimeBackend(
+            config.regions, handles, drivers, holder=self.holder, bring_up=self._state
         )
-        self.metrics.track_readiness(lambda: self.readiness.ready)
+        self.metrics.track_readiness(lambda: self.backend.readiness.ready)
         self._apply_topology = apply_topology
         # The streams of each shard; per stream, (leads, epoch) as last handed to its driver.
         self._shard_streams: dict[int, list[StreamDriver]] = {}
@@ -119,6 +134,47 @@ class Runtime(RuntimeBackend):
         self._ready = asyncio.Event()
         self._failed = asyncio.Event()
         self.failure: NatsRefused | None = None
+
+    # ---- the API's reads and writes: the backend's ----------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.backend.is_leader
+
+    @property
+    def readiness(self) -> views.Readiness:
+        return self.backend.readiness
+
+    def leadership(self, stream: str) -> LeaseState:
+        return self.backend.leadership(stream)
+
+    async def status(self) -> views.StatusView:
+        return await self.backend.status()
+
+    async def get_subscription(self, stream: str, subscription: str) -> views.SubscriptionView:
+        return await self.backend.get_subscription(stream, subscription)
+
+    async def list_subscriptions(self, stream: str) -> Sequence[views.SubscriptionView]:
+        return await self.backend.list_subscriptions(stream)
+
+    async def list_snapshots(self, stream: str) -> Sequence[views.SnapshotView]:
+        return await self.backend.list_snapshots(stream)
+
+    def watch_subscription(
+        self, stream: str, subscription: str
+    ) -> AsyncGenerator[views.SubscriptionView, None]:
+        return self.backend.watch_subscription(stream, subscription)
+
+    async def commit_cursor(self, stream: str, subscription: str, sequence: int) -> int:
+        return await self.backend.commit_cursor(stream, subscription, sequence)
+
+    async def trigger_snapshot(self, stream: str) -> str:
+        return await self.backend.trigger_snapshot(stream)
+
+    async def set_replicated(
+        self, stream: str, subscription: str, replicated: bool
+    ) -> views.SubscriptionView:
+        return await self.backend.set_replicated(stream, subscription, replicated)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -222,7 +278,7 @@ class Runtime(RuntimeBackend):
             for driver in self._drivers.values():
                 vs = driver.vs
                 await self._retry(f"topology {vs.name}", partial(self._topology, vs))
-            self._topology_applied = True
+            self._state.topology_applied = True
         bucket = f"{self.config.lease.bucket}-{self.region}"
         kv = await self._retry(
             f"kv bucket {bucket}",
@@ -252,7 +308,7 @@ class Runtime(RuntimeBackend):
             if first:
                 await asyncio.wait(first)
         self._spawn(self._intervals.run(), "intervals")
-        self._streams_rebuilt = True
+        self._state.streams_rebuilt = True
         self._ready.set()
         log.info("runtime_ready", region=self.region, streams=list(self._drivers))
 

@@ -21,26 +21,19 @@ from sidecar.api.http_server import HttpServerHandle, start_http_server
 from sidecar.metrics import SidecarMetrics
 from sidecar.runtime.views import Readiness
 from tests.support.api_fakes import MemoryBackend
+from tests.support.clocks import HandClock
 from tests.support.metrics_kit import touch_every_metric
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> HandClock:
+    return HandClock()
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def metrics(clock: FakeClock) -> SidecarMetrics:
+def metrics(clock: HandClock) -> SidecarMetrics:
     return SidecarMetrics(clock=clock)
 
 
@@ -92,7 +85,7 @@ async def test_readyz_reports_what_is_missing(
 async def test_metrics_endpoint_serves_the_sidecar_registry(
     http: tuple[HttpServerHandle, aiohttp.ClientSession],
     metrics: SidecarMetrics,
-    clock: FakeClock,
+    clock: HandClock,
 ) -> None:
     _, session = http
     metrics.snapshot_started("orders")

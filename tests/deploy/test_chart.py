@@ -4,6 +4,7 @@ the ci/ values chart-testing uses, the values schema and the chart's conventions
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 from types import ModuleType
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.config.checks import ConfigError
+from sidecar.config.checks import ConfigError, setting
 from sidecar.config.environment import unrelated_env
 from sidecar.config.loading import config_from_mapping
 from sidecar.config.schema import split_host_port
@@ -925,6 +926,23 @@ def test_the_config_schema_is_what_the_settings_model_gives(config_schema: Modul
     config-schema`): it fails here as soon as either changes alone."""
     current = (CHART / "values.schema.json").read_text()
     assert config_schema.written(current) == current, "run `make config-schema`"
+
+
+def test_the_table_of_keys_is_what_the_settings_model_gives(config_schema: ModuleType) -> None:
+    """docs/configuration.md's table of keys is written from the fields of `sidecar.config`
+    (`make config-schema`): it fails here as soon as either changes alone."""
+    current = (ROOT / "docs" / "configuration.md").read_text()
+    assert config_schema.written_doc(current) == current, "run `make config-schema`"
+
+
+def test_the_table_refuses_a_key_without_a_meaning(config_schema: ModuleType) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Section:
+        documented: int = dataclasses.field(default=1, metadata=setting("counted"))
+        silent: int = 2
+
+    with pytest.raises(ValueError, match=r"^sub\.silent: no meaning"):
+        config_schema.table_rows(Section, "sub.")
 
 
 @pytest.mark.parametrize(

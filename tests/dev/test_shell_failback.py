@@ -493,3 +493,42 @@ def test_soak_seed_931780330598_an_application_at_the_age_limit_is_reported_cons
     assert result.violation is None, result.report()
     broken = run_shell(931780330598, SEED_931780330598, machine_factory=IgnoresAcks)
     assert broken.violation is not None and "consumed in:" in broken.violation, broken.report()
+
+
+SEED_161639543428 = ShellParams(  # as `make soak` drew them
+    regions=2,
+    interval_ms=100,
+    max_delay_ms=2,
+    link_delay_ms=150,
+    produce_gap_ms=120,
+    consume_batch=1,
+    failover_ms=0,
+    run_ms=19880,
+    calm_ms=10880,
+    replicas=2,
+    crashes=True,
+    partitions=True,
+    timeout_ms=1500,
+    freezes=True,
+    moves=True,
+    healed=True,
+)
+
+
+class ForgetsItWasAway(StreamMachine):
+    """Takes what it sees after a pause longer than its lease as its consumers' doing."""
+
+    def _away(self, observed_ms: int) -> bool:
+        return False
+
+
+def test_soak_seed_161639543428_a_leader_woken_after_its_lease_takes_no_false_sign() -> None:
+    """Found by `make soak` (seed 161639543428): r1's leader asked a move, then froze for
+    4.6 s, longer than its 3 s lease; the other replica led meanwhile and moved the durable
+    further. Woken, the frozen one read its move's outcome beyond the target and took it
+    for its consumers' (nothing consumed in r1 since 1.2 s). What a machine sees a lease or
+    more after it last heard the clock is no sign now (docs/protocol.md §8)."""
+    result = run_shell(161639543428, SEED_161639543428)
+    assert result.violation is None, result.report()
+    broken = run_shell(161639543428, SEED_161639543428, machine_factory=ForgetsItWasAway)
+    assert broken.violation is not None and "consumed in:" in broken.violation, broken.report()

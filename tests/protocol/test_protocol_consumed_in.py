@@ -273,3 +273,29 @@ def test_an_ack_heard_long_before_the_read_is_a_sign_of_then() -> None:
     assert consumed_in(m) == ("a",)
     m.tick(12_000 + WINDOW_MS)
     assert consumed_in(m) == ()
+
+
+def test_what_a_machine_sees_a_lease_after_it_last_heard_the_clock_is_no_sign() -> None:
+    """A leader frozen longer than its lease (a GC pause, a stalled VM) wakes with its state:
+    another replica led meanwhile and moved the durable, and the first outcomes the frozen
+    one reads (its move read back, a positions read) come a lease or more after its last
+    tick. Taken as its consumers', they were a false sign (`make soak` seed 161639543428,
+    tests/dev/test_shell_failback.py); until then a positions read at that distance is a
+    baseline, as a leader's first."""
+    lease = MachineConfig("a", STREAM, ("a", "b")).lease_ttl_ms
+    m = machine()
+    m.marker_seen(
+        11,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 5}, 5)),
+    )
+    (move,) = [o for o in read(m, 0, 2_000) if isinstance(o, MoveConsumer)]
+    # Frozen after asking; the move's outcome read back a lease later, far beyond its target.
+    m.action_done(move, 8, done_ms=2_000 + lease)
+    assert consumed_in(m) == ()
+    listing = PositionsListing(m.generation, SUBS, {"d": 9}, 13, False, read_ms=2_000 + lease)
+    assert not any(u.consuming for u in updates(m.read_done(listing)))
+    assert consumed_in(m) == ()
+    # Awake (its clock heard again), a read just after is a sign as usual.
+    m.tick(2_000 + lease)
+    m.read_done(PositionsListing(m.generation, SUBS, {"d": 10}, 13, False, read_ms=2_100 + lease))
+    assert consumed_in(m) == ("a",)

@@ -23,7 +23,7 @@ from sidecar.nats import jsapi
 from sidecar.nats.topology import apply_topology
 from sidecar.runtime import Runtime
 from sidecar.runtime.errors import NotFound
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 from tests.support.scenario_kit import consume
 
 pytestmark = pytest.mark.integration
@@ -167,7 +167,7 @@ async def test_a_stream_laid_out_while_running_is_followed_and_dropped_when_dele
 
 
 async def test_a_failed_listing_drops_nothing(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path)
+    server = LoneServer(tmp_path)
     server.start()
     orders = VirtualStream("orders", ("west",))
     settings = {

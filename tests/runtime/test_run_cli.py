@@ -14,8 +14,8 @@ from rsub_dev.cluster import LocalSuperCluster
 from sidecar.config.loading import config_from_mapping
 from sidecar.nats.connection import NatsRefused
 from sidecar.runtime import Runtime
+from tests.support.nats_servers import LoneServer, password_users
 from tests.support.rsub_process import run_rsub, stop_once_ready, write_sidecar_config
-from tests.support.runtime_servers import ServerProcess
 
 
 @pytest.mark.integration
@@ -86,10 +86,8 @@ async def test_run_on_a_taken_port_exits_2_saying_so(
         ]
 
 
-def password_server(tmp_path: Path) -> ServerProcess:
-    server = ServerProcess(
-        tmp_path, 'authorization { users: [{ user: rsub, password: "right-pw" }] }'
-    )
+def password_server(tmp_path: Path) -> LoneServer:
+    server = LoneServer(tmp_path, password_users(("rsub", "right-pw")))
     server.start()
     return server
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.nats_servers import LoneServer
 from tests.support.rsub_process import run_rsub, stop_once_ready, write_sidecar_config
-from tests.support.runtime_servers import ServerProcess
 
 
 def service_links(service: str, cluster_ip: str, tcp_ports: dict[str, int]) -> dict[str, str]:
@@ -46,7 +46,7 @@ def test_service_links_have_the_kubernetes_shape() -> None:
 
 @pytest.mark.integration
 async def test_run_gets_ready_among_kubernetes_service_links(
-    js_server: ServerProcess, tmp_path: Path
+    js_server: LoneServer, tmp_path: Path
 ) -> None:
     config, http_port = write_sidecar_config(tmp_path, {"servers": [js_server.url]})
     ports = {"grpc": 7070, "http": 8080}

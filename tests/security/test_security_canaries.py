@@ -43,8 +43,8 @@ from spark_jobs.rsub_spark.cursor import sidecar_client
 from spark_jobs.rsub_spark.nats_read import NatsSession, stream_bounds
 from spark_jobs.rsub_spark.options import parse_options
 from tests.support.nats_jwt import operator_setup, write_creds
+from tests.support.nats_servers import LoneServer, password_users
 from tests.support.rsub_process import ready, rsub_command, run_rsub, write_sidecar_config
-from tests.support.runtime_servers import ServerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -122,13 +122,9 @@ class Transcript:
         assert not leaks, "\n".join(leaks)
 
 
-def users(user: str, password: str) -> str:
-    return f'authorization {{ users: [{{ user: {user}, password: "{password}" }}] }}'
-
-
-def started_server(directory: Path, extra: str) -> ServerProcess:
+def started_server(directory: Path, extra: Mapping[str, Any]) -> LoneServer:
     directory.mkdir()
-    server = ServerProcess(directory, extra)
+    server = LoneServer(directory, extra)
     server.start()
     return server
 
@@ -322,7 +318,7 @@ async def test_run_with_nats_unreachable(tmp_path: Path, secrets: Secrets) -> No
 
 async def test_run_refused_by_nats(tmp_path: Path, secrets: Secrets) -> None:
     """Each placement, JSON and console, against a server refusing it: exit 3."""
-    server = started_server(tmp_path / "nats", users("svc", "the-right-one"))
+    server = started_server(tmp_path / "nats", password_users(("svc", "the-right-one")))
     transcript = Transcript()
     sidecars = [
         await start_sidecar(tmp_path, placement, log_format, secrets)
@@ -347,7 +343,8 @@ async def test_run_ready_through_a_nats_restart(tmp_path: Path, secrets: Secrets
     tokens, NATS killed (disconnects, failed reconnects) and started again (reconnects)."""
     # A server each: on a lone server, a second sidecar finds the streams unplaced.
     servers = [
-        started_server(tmp_path / f"nats-{i}", users("svc", secrets.password)) for i in range(3)
+        started_server(tmp_path / f"nats-{i}", password_users(("svc", secrets.password)))
+        for i in range(3)
     ]
     transcript = Transcript()
     sidecars = []
@@ -467,7 +464,7 @@ async def test_topology_apply_unreachable_and_refused(tmp_path: Path, secrets: S
     """`rsub topology apply --dry-run` with secrets in URLs, flags and variables, against
     nothing listening and against a server refusing them: exit 1, saying why (a URL without
     a scheme is refused before connecting, as the sidecar's configuration refuses it: exit 2)."""
-    server = started_server(tmp_path / "nats", users("svc", "the-right-one"))
+    server = started_server(tmp_path / "nats", password_users(("svc", "the-right-one")))
     closed = refusing_socket()
     nowhere = f"{HOST}:{closed.getsockname()[1]}"
     pw = secrets.password
@@ -508,7 +505,7 @@ async def test_spark_source_clients(
     sidecarToken: nothing listening, a refusing NATS, a missing stream, a sidecar that wants
     another token."""
     caplog.set_level(logging.DEBUG)
-    server = started_server(tmp_path / "nats", users("spark", secrets.password))
+    server = started_server(tmp_path / "nats", password_users(("spark", secrets.password)))
     closed = refusing_socket()
     nowhere = f"{HOST}:{closed.getsockname()[1]}"
     sidecar = Service(

@@ -13,12 +13,12 @@ import pytest
 from spark_jobs.rsub_spark.nats_read import RsubReadError, connect, stream_bounds
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions, parse_options
 from tests.support.api_fakes import Certs
-from tests.support.nats_servers import LoneServer
+from tests.support.nats_servers import LoneServer, password_users
 
 pytestmark = pytest.mark.integration
 
 _PASSWORD = "sp4rk-reader-pw"
-_USERS = {"authorization": {"users": [{"user": "spark", "password": _PASSWORD}]}}
+_USERS = password_users(("spark", _PASSWORD))
 
 
 def _options(url: str, ca: Path, password: str = _PASSWORD) -> RsubOptions:

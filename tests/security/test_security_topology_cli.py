@@ -13,12 +13,12 @@ import nats
 import pytest
 
 from tests.support.api_fakes import Certs
-from tests.support.nats_servers import LoneServer
+from tests.support.nats_servers import LoneServer, password_users
 from tests.support.rsub_process import rsub_command
 
 pytestmark = pytest.mark.integration
 
-_USERS = {"authorization": {"users": [{"user": "ops", "password": "t0pology-pw"}]}}
+_USERS = password_users(("ops", "t0pology-pw"))
 # The command reads secrets from these: the test sets them itself or not at all.
 _CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("NATS_PASSWORD", "NATS_TOKEN")}
 

@@ -15,9 +15,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_jobs import rsub_spark
+from tests.support.nats_servers import LoneServer
 from tests.support.spark_helpers import (
     Layout,
-    NatsServer,
     SidecarDouble,
     create_layout,
     publish_orders,
@@ -27,8 +27,9 @@ from tests.support.spark_helpers import (
 
 
 @pytest.fixture(scope="session")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path_factory.mktemp("nats"))
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoneServer]:
+    server = LoneServer(tmp_path_factory.mktemp("nats"))
+    server.start()
     yield server
     server.stop()
 
@@ -44,7 +45,8 @@ def orders_layout(
     using it come back to it after the other one (under xdist a worker runs them after other
     files' tests), and a second build on a shared server would publish 200 messages more."""
     direct = request.param == "direct"
-    server = NatsServer(tmp_path_factory.mktemp("nats-orders"))
+    server = LoneServer(tmp_path_factory.mktemp("nats-orders"))
+    server.start()
 
     async def build() -> Layout:
         nc = await nats.connect(server.url)

@@ -36,9 +36,9 @@ from spark_jobs.rsub_spark.source import (
     read_range_batches,
 )
 from tests.support.api_fakes import StateServer
+from tests.support.nats_servers import LoneServer
 from tests.support.spark_helpers import (
     Layout,
-    NatsServer,
     SidecarDouble,
     create_layout,
     publish_orders,
@@ -103,7 +103,7 @@ def test_rows_carry_the_origin_and_the_publish_time(orders_layout: Layout) -> No
             assert headers[key] == value
 
 
-def test_origins_follow_custom_stream_patterns(nats_server: NatsServer) -> None:
+def test_origins_follow_custom_stream_patterns(nats_server: LoneServer) -> None:
     patterns = {"writeStreamPattern": "w_{region}_{name}", "readStreamPattern": "r_{region}_{name}"}
 
     async def origins(**extra: str) -> VirtualStream | None:
@@ -157,7 +157,7 @@ def test_a_range_of_markers_only_is_empty(orders_layout: Layout) -> None:
     ]
 
 
-def test_offsets_limits_and_latest_cache(orders_layout: Layout, nats_server: NatsServer) -> None:
+def test_offsets_limits_and_latest_cache(orders_layout: Layout, nats_server: LoneServer) -> None:
     last = orders_layout.stored[-1][0]
     first_data = orders_layout.data_between(0, last)[0][0]
     assert stream_reader(orders_layout).initialOffset() == {
@@ -193,7 +193,7 @@ def test_offsets_limits_and_latest_cache(orders_layout: Layout, nats_server: Nat
         reader.stop()
 
 
-def test_latest_offset_is_cached_and_available_now_is_capped(nats_server: NatsServer) -> None:
+def test_latest_offset_is_cached_and_available_now_is_capped(nats_server: LoneServer) -> None:
     async def setup() -> Layout:
         nc = await nats.connect(nats_server.url)
         try:
@@ -269,7 +269,7 @@ def test_unknown_stream_and_unreachable_servers_are_named(orders_layout: Layout)
         source.streamReader(source.schema())
 
 
-def test_lost_sequences_fail_or_are_skipped(nats_server: NatsServer) -> None:
+def test_lost_sequences_fail_or_are_skipped(nats_server: LoneServer) -> None:
     async def setup() -> tuple[Layout, int]:
         nc = await nats.connect(nats_server.url)
         try:
@@ -403,7 +403,7 @@ def test_empty_partition_of_a_batch_read_yields_nothing(orders_layout: Layout) -
         list(reader.read(SequenceRange(10_000, 10_010, {})))
 
 
-def test_rows_of_a_stream_no_region_writes_arrive_without_origin(nats_server: NatsServer) -> None:
+def test_rows_of_a_stream_no_region_writes_arrive_without_origin(nats_server: LoneServer) -> None:
     """The read stream also sources a stream that is no region's write stream: its rows arrive
     with empty origin columns, from the start and from a subscription whose vector covers
     every row of the regions (issue 20: a source dropping such rows lost data in every query)."""

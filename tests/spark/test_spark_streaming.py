@@ -16,9 +16,9 @@ from pyspark.sql import DataFrame, SparkSession
 from sidecar._gen.rsub.v1 import api_pb2
 from spark_jobs import orders_totals, rsub_spark
 from tests.support.api_fakes import StateServer
+from tests.support.nats_servers import LoneServer
 from tests.support.spark_helpers import (
     Layout,
-    NatsServer,
     SidecarDouble,
     create_layout,
     publish_orders,
@@ -29,7 +29,7 @@ from tests.support.spark_helpers import (
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
-def fresh_layout(server: NatsServer, name: str, count: int) -> Layout:
+def fresh_layout(server: LoneServer, name: str, count: int) -> Layout:
     async def build() -> Layout:
         nc = await nats.connect(server.url)
         try:
@@ -103,7 +103,7 @@ def run_available_now(
 
 
 def test_restart_from_checkpoint_replays_the_failed_batch_exactly(
-    spark: SparkSession, nats_server: NatsServer, tmp_path: Path
+    spark: SparkSession, nats_server: LoneServer, tmp_path: Path
 ) -> None:
     layout = fresh_layout(nats_server, "restarts", 60)
     options = options_of(layout, startingOffsets="earliest", maxOffsetsPerTrigger="25")
@@ -146,7 +146,7 @@ def test_batch_read_with_starting_and_ending_offsets(
 
 
 def test_listener_commits_every_batch_including_the_last_of_available_now(
-    spark: SparkSession, nats_server: NatsServer, sidecar_double: SidecarDouble, tmp_path: Path
+    spark: SparkSession, nats_server: LoneServer, sidecar_double: SidecarDouble, tmp_path: Path
 ) -> None:
     layout = fresh_layout(nats_server, "commits", 50)
     options = options_of(
@@ -176,7 +176,7 @@ def test_listener_commits_every_batch_including_the_last_of_available_now(
 
 
 def test_fresh_query_starts_after_the_subscription_position(
-    spark: SparkSession, nats_server: NatsServer, sidecar_double: SidecarDouble, tmp_path: Path
+    spark: SparkSession, nats_server: LoneServer, sidecar_double: SidecarDouble, tmp_path: Path
 ) -> None:
     layout = fresh_layout(nats_server, "failover", 30)
     position = layout.data_between(0, 10_000)[11][0]  # the 12th data message
@@ -190,7 +190,7 @@ def test_fresh_query_starts_after_the_subscription_position(
 
 
 def test_subscription_start_drops_covered_rows_also_after_a_restart(
-    spark: SparkSession, nats_server: NatsServer, tmp_path: Path
+    spark: SparkSession, nats_server: LoneServer, tmp_path: Path
 ) -> None:
     layout = fresh_layout(nats_server, "exact", 40)  # west origin sequences 1..20
     # West 1..25 and east 1..8 were consumed elsewhere; west 21..25 reach this region later.
@@ -218,7 +218,7 @@ def test_subscription_start_drops_covered_rows_also_after_a_restart(
 
 
 def test_orders_totals_are_exact_under_redelivery(
-    spark: SparkSession, nats_server: NatsServer, sidecar_double: SidecarDouble, tmp_path: Path
+    spark: SparkSession, nats_server: LoneServer, sidecar_double: SidecarDouble, tmp_path: Path
 ) -> None:
     layout = fresh_layout(nats_server, "totals", 40)
     expected: dict[str, int] = {}

@@ -1,6 +1,6 @@
-"""Helpers of the Spark plugin tests: a real nats-server, stream layouts, a sidecar double.
+"""Helpers of the Spark plugin tests: stream layouts on a real nats-server, a sidecar double.
 
-`orders_layout` (session-scoped) starts a JetStream nats-server of its own holding the streams
+`orders_layout` (session-scoped) starts a JetStream nats-server of its own (`LoneServer`) holding the streams
 of the virtual stream `orders` for regions `west` and `east`, created by `apply_topology`, so the
 read stream `orders-read-west` sources both write streams for real (real
 `Nats-Stream-Source` headers, markers and snapshot markers interleaved with data).
@@ -14,21 +14,15 @@ against the real sidecar runtime instead, start the runtime and pass its address
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from rsub_dev.cluster import find_nats_server
-from rsub_dev.ports import free_ports
 from sidecar.api.grpc_server import GrpcServerHandle, start_grpc_server
 from sidecar.naming import DEFAULT_READ_STREAM, DEFAULT_WRITE_STREAM, VirtualStream
 from sidecar.nats.topology import apply_topology
@@ -43,45 +37,6 @@ from sidecar.runtime.views import (
 )
 
 REGIONS = ("west", "east")
-
-
-class NatsServer:
-    """One real JetStream nats-server process on a free port."""
-
-    def __init__(self, store: Path) -> None:
-        [self.port] = free_ports(1)
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self._proc = subprocess.Popen(
-            [
-                str(find_nats_server()),
-                "-js",
-                "-sd",
-                str(store),
-                "-p",
-                str(self.port),
-                "-a",
-                "127.0.0.1",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
-                break
-            if time.monotonic() > deadline or self._proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"nats-server did not start on port {self.port}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
 
 
 @dataclass

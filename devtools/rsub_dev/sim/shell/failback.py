@@ -175,9 +175,11 @@ class Failback:
                 checks._listed(self, leading, signs, out)
                 return out
 
-            def action_done(self, action: SubscriptionAction, mark_delete: int) -> list[Output]:
+            def action_done(
+                self, action: SubscriptionAction, mark_delete: int, done_ms: int = 0
+            ) -> list[Output]:
                 signs = checks._signs(self)
-                out: list[Output] = super().action_done(action, mark_delete)
+                out: list[Output] = super().action_done(action, mark_delete, done_ms)
                 checks._signed(self, signs)
                 return out
 

@@ -141,6 +141,7 @@ class Sidecar:
             interval_ms=p.interval_ms,
             timeout_ms=p.timeout_ms,
             hold_ms=p.hold_ms,
+            lease_ttl_ms=p.lease_ttl_ms,
         )
         bucket_name = f"rsub-{region}"
         bucket = await self.port.key_value(bucket_name)

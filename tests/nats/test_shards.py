@@ -22,19 +22,12 @@ from sidecar.nats.port import JetStreamPort, KeyValueBucket
 from sidecar.nats.regional_kv import open_regional_kv
 from sidecar.nats.shards import GATE_KEY, Member, ShardLeases
 from sidecar.protocol.shards import excess, shard_of, share
+from tests.support.clocks import HandClock
 
 pytestmark = pytest.mark.integration
 
 TTL = 6.0
 SHARDS = 32
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Region:
@@ -43,7 +36,7 @@ class Region:
     def __init__(self, kv: KeyValueBucket, nc: Client, bucket: str) -> None:
         self.kv, self.nc, self.bucket = kv, nc, bucket
         self.js = nc.jetstream()
-        self.clock = Clock()
+        self.clock = HandClock()
         self.replicas: dict[str, ShardLeases] = {}
         self.acquired: Counter[str] = Counter()
 

@@ -1,77 +1,31 @@
 """Data origins read from a real sourced read stream: headers only, data only, unknown ones.
 
-The layout is made by hand on one JetStream server: write streams of `west` and `east` (the
-virtual stream's regions) and of `north` (no region of it), and `west`'s read stream, which
-sources all three and also takes messages published to it directly (`<name>.local.>`).
+The layout is made by hand on one JetStream server (`tests.support.origin_layout`); what the
+runtime makes of the unknown ones: tests/runtime/test_unknown_origins.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 
 import pytest
-import structlog
-from nats.js import JetStreamContext, api
+from nats.js import JetStreamContext
 
-from rsub_dev.sidecars import wait_until
-from sidecar.config.loading import config_from_mapping
 from sidecar.naming import VirtualStream
 from sidecar.nats import stream_reader
 from sidecar.nats.origin_log import data_entry, replay_origins, tail_origins
 from sidecar.nats.port import JetStreamPort
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
-from sidecar.runtime import Runtime
-from tests.support.runtime_servers import ServerProcess
+from tests.support.origin_layout import PAYLOAD, fill, lay_out, write
 
 pytestmark = pytest.mark.integration
-
-PAYLOAD = b"x" * 1000
-WRITERS = ("west", "east", "north")
 
 
 @pytest.fixture
 async def vs(js: JetStreamContext) -> VirtualStream:
-    vs = VirtualStream(f"o{uuid.uuid4().hex[:8]}", ("west", "east"))
-    for writer in WRITERS:
-        await js.add_stream(
-            name=f"{vs.name}-write-{writer}",
-            subjects=[f"{vs.name}.{writer}.>", f"_rsub.{vs.name}.marker.{writer}"],
-            max_consumers=10,
-        )
-    await js.add_stream(
-        name=vs.read_stream("west"),
-        subjects=[f"{vs.name}.local.>", vs.snapshot_subject("west")],
-        sources=[api.StreamSource(name=f"{vs.name}-write-{w}") for w in WRITERS],
-        max_consumers=10,
-    )
-    return vs
-
-
-async def write(js: JetStreamContext, vs: VirtualStream, writer: str, count: int) -> None:
-    for _ in range(count):
-        await js.publish(f"{vs.name}.{writer}.item", PAYLOAD)
-
-
-async def stored_count(js: JetStreamContext, vs: VirtualStream, count: int) -> None:
-    """Wait until `west`'s read stream holds `count` messages (sourcing is asynchronous)."""
-
-    async def holds() -> bool:
-        return (await js.stream_info(vs.read_stream("west"))).state.messages >= count
-
-    await wait_until(holds, f"{count} messages in {vs.read_stream('west')}", 20)
-
-
-async def fill(js: JetStreamContext, vs: VirtualStream) -> None:
-    """3 messages of west, a marker of west, 2 of east, 1 of north, 1 published locally."""
-    await write(js, vs, "west", 3)
-    await js.publish(vs.marker_subject("west"), b"marker")
-    await write(js, vs, "east", 2)
-    await write(js, vs, "north", 1)
-    await write(js, vs, "local", 1)
-    await stored_count(js, vs, 8)
+    return await lay_out(js)
 
 
 def per_origin(entries: list[DataEntry]) -> dict[str, list[int]]:
@@ -162,56 +116,3 @@ def test_headers_without_a_usable_origin() -> None:
     )
     for headers in (None, {}, {source: "garbled"}, {source: "orders-write-north 3 x"}):
         assert data_entry(vs, 9, headers) == DataEntry(9, UNKNOWN_ORIGIN, 0)
-
-
-@contextlib.asynccontextmanager
-async def sidecar(server: ServerProcess, vs: VirtualStream) -> AsyncIterator[Runtime]:
-    config = config_from_mapping(
-        {
-            "region": "west",
-            "regions": list(vs.regions),
-            "nats": {"servers": [server.url]},
-            "streams": [{"name": vs.name}],
-            "snapshot": {"interval_ms": 100},
-            "lease": {"ttl_s": 3},
-            "grpc": {"listen": "127.0.0.1:0"},
-            "http": {"listen": "127.0.0.1:0"},
-        }
-    )
-    runtime = Runtime(config, apply_topology=False)
-    try:
-        await runtime.start()
-        await runtime.wait_ready(30)
-        yield runtime
-    finally:
-        await runtime.stop()
-
-
-def sample(runtime: Runtime, name: str, stream: str) -> float:
-    value = runtime.metrics.registry.get_sample_value(name, {"stream": stream})
-    return value if value is not None else 0.0
-
-
-async def test_the_sidecar_counts_unknown_origins_and_logs_the_first_only(
-    js_server: ServerProcess, js: JetStreamContext, vs: VirtualStream
-) -> None:
-    await fill(js, vs)
-    with structlog.testing.capture_logs() as events:
-        async with sidecar(js_server, vs) as runtime:
-            # Replayed at the rebuild: north's and the local message.
-            assert sample(runtime, "rsub_data_unknown_origin_total", vs.name) == 2
-            await write(js, vs, "local", 2)
-            await write(js, vs, "west", 1)
-
-            async def tailed() -> bool:
-                return sample(runtime, "rsub_data_unknown_origin_total", vs.name) == 4
-
-            await wait_until(tailed, "the tailed unknown origins to be counted", 20)
-
-            async def indexed() -> bool:
-                # Origins west, east and unknown (north, local): at least one run each.
-                return sample(runtime, "rsub_origin_index_bytes", vs.name) >= 3 * 24
-
-            await wait_until(indexed, "the origin index to be reported", 20)
-    logged = [e for e in events if e["event"] == "data_unknown_origin"]
-    assert len(logged) == 1 and logged[0]["stream"] == vs.name

@@ -26,7 +26,7 @@ from sidecar.nats.connection import (
     server_address,
     tls_context,
 )
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer, password_users
 
 
 async def wait_for(condition: Callable[[], bool], what: str, limit_s: float = 20) -> None:
@@ -39,7 +39,7 @@ async def wait_for(condition: Callable[[], bool], what: str, limit_s: float = 20
 
 @pytest.mark.integration
 async def test_connects_once_the_server_appears_and_follows_restarts(
-    stopped_server: ServerProcess,
+    stopped_server: LoneServer,
 ) -> None:
     server = stopped_server
     changes: list[bool] = []
@@ -101,13 +101,9 @@ def test_tls_context_uses_the_configured_ca_and_server_name() -> None:
     assert tls_context(NatsTlsConfig()) is None
 
 
-def users(password: str) -> str:
-    return f'authorization {{ users: [{{ user: rsub, password: "{password}" }}] }}'
-
-
 @pytest.mark.integration
 async def test_a_refused_first_connection_raises_naming_the_user(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path, users("right-pw"))
+    server = LoneServer(tmp_path, password_users(("rsub", "right-pw")))
     server.start()
     config = NatsConfig(servers=(server.url,), user="rsub", password=Secret("wrong-pw"))
     conn = NatsConnection(config, name="test")
@@ -125,7 +121,7 @@ async def test_a_refused_first_connection_raises_naming_the_user(tmp_path: Path)
 
 @pytest.mark.integration
 async def test_refusals_after_the_first_connection_are_retried(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path, users("pw-1"))
+    server = LoneServer(tmp_path, password_users(("rsub", "pw-1")))
     server.start()
     changes: list[bool] = []
     config = NatsConfig(servers=(server.url,), user="rsub", password=Secret("pw-1"))
@@ -134,14 +130,14 @@ async def test_refusals_after_the_first_connection_are_retried(tmp_path: Path) -
         await asyncio.wait_for(conn.connect(), 20)
         # The password changes on the server: every reconnection is refused, none is final.
         server.stop()
-        server.configure(users("pw-2"))
+        server.configure(password_users(("rsub", "pw-2")))
         server.start()
         await wait_for(
             lambda: server.log_text().count("authentication error") >= 2, "two refused reconnects"
         )
         assert not conn.connected
         server.stop()
-        server.configure(users("pw-1"))
+        server.configure(password_users(("rsub", "pw-1")))
         server.start()
         await wait_for(lambda: conn.connected, "reconnect once the password is back")
         await conn.nc.publish("x", b"1")
@@ -156,7 +152,7 @@ async def test_nats_errors_name_the_server_never_its_user_info(tmp_path: Path) -
     """Two servers, each failing in its own way once the password changed on the first:
     every `nats_error` names the server it is about (an authorization violation does not say
     which server refused), as `scheme://host:port`, never a URL's user info."""
-    server = ServerProcess(tmp_path, users("pw-1"))
+    server = LoneServer(tmp_path, password_users(("rsub", "pw-1")))
     server.start()
     refusing = refusing_socket()  # bound, not listening: connections are refused
     port = refusing.getsockname()[1]
@@ -170,7 +166,7 @@ async def test_nats_errors_name_the_server_never_its_user_info(tmp_path: Path) -
         with structlog.testing.capture_logs() as events:
             await asyncio.wait_for(conn.connect(), 20)
             server.stop()
-            server.configure(users("pw-2"))
+            server.configure(password_users(("rsub", "pw-2")))
             server.start()
 
             def errors_of(url: str) -> list[str]:

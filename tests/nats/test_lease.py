@@ -14,19 +14,12 @@ from sidecar.nats.lease import Lease, LeaseState
 from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.port import JetStreamPort, KeyValueBucket
 from sidecar.nats.regional_kv import open_regional_kv
-from tests.support.runtime_servers import ServerProcess
+from tests.support.clocks import HandClock
+from tests.support.nats_servers import LoneServer
 
 pytestmark = pytest.mark.integration
 
 TTL = 6.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -71,8 +64,8 @@ async def test_first_candidate_acquires_second_follows_and_renewal_keeps_epoch(
     kv: KeyValueBucket,
 ) -> None:
     changes: list[LeaseState] = []
-    a = Lease(kv, "a", TTL, clock=Clock(), on_change=changes.append)
-    b = Lease(kv, "b", TTL, clock=Clock())
+    a = Lease(kv, "a", TTL, clock=HandClock(), on_change=changes.append)
+    b = Lease(kv, "b", TTL, clock=HandClock())
     await a.step()
     assert a.is_leader and a.epoch > 0
     await b.step()
@@ -89,7 +82,7 @@ async def test_first_candidate_acquires_second_follows_and_renewal_keeps_epoch(
 
 
 async def test_expired_lease_is_taken_over_with_a_higher_epoch(kv: KeyValueBucket) -> None:
-    clock_a, clock_b = Clock(), Clock()
+    clock_a, clock_b = HandClock(), HandClock()
     a = Lease(kv, "a", TTL, clock=clock_a)
     b = Lease(kv, "b", TTL, clock=clock_b)
     await a.step()
@@ -107,7 +100,7 @@ async def test_expired_lease_is_taken_over_with_a_higher_epoch(kv: KeyValueBucke
 
 
 async def test_renewals_prevent_takeover(kv: KeyValueBucket) -> None:
-    clock_a, clock_b = Clock(), Clock()
+    clock_a, clock_b = HandClock(), HandClock()
     a = Lease(kv, "a", TTL, clock=clock_a)
     b = Lease(kv, "b", TTL, clock=clock_b)
     await a.step()
@@ -121,7 +114,7 @@ async def test_renewals_prevent_takeover(kv: KeyValueBucket) -> None:
 
 
 async def test_leader_that_cannot_renew_in_time_stops_leading(kv: KeyValueBucket) -> None:
-    clock = Clock()
+    clock = HandClock()
     a = Lease(kv, "a", TTL, clock=clock)
     await a.step()
     clock.now += TTL * 0.8
@@ -129,8 +122,8 @@ async def test_leader_that_cannot_renew_in_time_stops_leading(kv: KeyValueBucket
 
 
 async def test_release_lets_a_follower_acquire_at_once(kv: KeyValueBucket) -> None:
-    a = Lease(kv, "a", TTL, clock=Clock())
-    b = Lease(kv, "b", TTL, clock=Clock())
+    a = Lease(kv, "a", TTL, clock=HandClock())
+    b = Lease(kv, "b", TTL, clock=HandClock())
     await a.step()
     first = a.epoch
     await b.step()
@@ -146,7 +139,7 @@ async def test_ttl_must_be_positive(kv: KeyValueBucket) -> None:
 
 
 async def test_a_watching_lease_never_acquires_but_measures_expiry(kv: KeyValueBucket) -> None:
-    clock_a, clock_b = Clock(), Clock()
+    clock_a, clock_b = HandClock(), HandClock()
     a = Lease(kv, "a", TTL, key="shards.3", extra={"shards": 8}, clock=clock_a)
     b = Lease(kv, "b", TTL, key="shards.3", clock=clock_b)
     await b.step(acquire=False)
@@ -167,13 +160,13 @@ async def test_a_watching_lease_never_acquires_but_measures_expiry(kv: KeyValueB
 
 
 async def test_a_lease_that_expires_while_the_bucket_is_unreachable_is_reported_lost(
-    js_server: ServerProcess,
+    js_server: LoneServer,
 ) -> None:
     # Found when NATS stopped under two replicas: the shard leases kept reporting `leader`
     # (metric and machine) because a round that failed never told the observer.
     own = await nats.connect(js_server.url)
     bucket = await open_regional_kv(NatsPort(own), f"lease-{uuid.uuid4().hex[:8]}", "west")
-    clock, changes = Clock(), list[LeaseState]()
+    clock, changes = HandClock(), list[LeaseState]()
     lease = Lease(bucket, "a", TTL, clock=clock, on_change=changes.append)
     await lease.step()
     assert lease.is_leader

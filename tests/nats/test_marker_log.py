@@ -18,7 +18,7 @@ from sidecar.nats.marker_log import replay_markers, tail_markers
 from sidecar.nats.nats_port import MarkerPublisher
 from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import StoredMarker
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +126,7 @@ async def test_publish_unacknowledged_times_out(nc: Client) -> None:
 
 
 async def test_one_publisher_serves_many_at_once_and_a_new_client(
-    nc: Client, js: JetStreamContext, stream: str, js_server: ServerProcess
+    nc: Client, js: JetStreamContext, stream: str, js_server: LoneServer
 ) -> None:
     """Concurrent publishes each get their own acknowledgement; a new client (the sidecar's
     connection replaced) is listened on anew."""

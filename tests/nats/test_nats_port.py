@@ -20,7 +20,7 @@ from sidecar.nats import jsapi
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.nats_port import NatsPort
 from sidecar.nats.port import JetStreamPort, StoredMessage
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +150,7 @@ async def test_key_value_binds_an_existing_bucket(
 
 
 async def test_a_port_over_a_connection_works_once_it_is_up(
-    js_server: ServerProcess, js: JetStreamContext, stream: str
+    js_server: LoneServer, js: JetStreamContext, stream: str
 ) -> None:
     """The runtime's port is made with the connection, before it connects, and follows the
     client the connection holds."""

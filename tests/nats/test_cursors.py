@@ -16,7 +16,7 @@ from sidecar.nats.effective import EffectivePositions, Floor
 from sidecar.nats.port import JetStreamPort, KeyValueBucket
 from sidecar.nats.regional_kv import open_regional_kv
 from tests.support.api_requests import requests_on
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 
 pytestmark = pytest.mark.integration
 
@@ -184,7 +184,7 @@ async def test_data_stored_after_last_seq_was_read_is_never_claimed(
 
 
 async def test_each_stored_value_is_scanned_once_while_the_stream_is_quiet(
-    port: JetStreamPort, js_server: ServerProcess, stream: ReadStream
+    port: JetStreamPort, js_server: LoneServer, stream: ReadStream
 ) -> None:
     async with requests_on(js_server.url, f"$JS.API.STREAM.MSG.GET.{stream.name}") as requests:
         cursor = await stream.data(2)

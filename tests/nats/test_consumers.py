@@ -26,7 +26,7 @@ from sidecar.nats.consumers import (
 from sidecar.nats.effective import EffectivePositions, Floor
 from sidecar.nats.port import JetStreamPort
 from tests.support.api_requests import requests_on
-from tests.support.runtime_servers import ServerProcess
+from tests.support.nats_servers import LoneServer
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +182,7 @@ async def test_an_effective_floor_never_reaches_past_last_seq(
 
 
 async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
-    port: JetStreamPort, js_server: ServerProcess, js: JetStreamContext, stream: str
+    port: JetStreamPort, js_server: LoneServer, js: JetStreamContext, stream: str
 ) -> None:
     async with requests_on(js_server.url, f"$JS.API.STREAM.MSG.GET.{stream}") as requests:
         await publish(js, stream, data=3, markers=2)  # data 1-3, markers 4-5
