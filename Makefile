@@ -30,7 +30,7 @@ help:
 	@echo "make proto-release - make protos/ the released schema (the breaking-change baseline)"
 	@echo "make chart-readme - regenerate helm/rsub-sidecar/README.md from values.yaml"
 	@echo "make config-schema - regenerate the chart's config schema and docs/configuration.md's keys from sidecar/config"
-	@echo "make soak SECONDS=600 - run the simulations (protocol, leases, the real runtime) for as long as asked"
+	@echo "make soak SECONDS=600 - run the simulations (leases, the real runtime) for as long as asked"
 	@echo "make sim-variants SEEDS=40 - the real runtime's simulation over SEEDS seeds of every kind of run"
 	@echo "make chaos SEEDS=10 SECONDS=60 [FIRST_SEED=1] - randomized fault campaign, a run per seed"
 	@echo "make fuzz SECONDS=60 - fuzz every target (atheris) for SECONDS each, keep new coverage"
@@ -157,7 +157,7 @@ test: $(STAMP) java lint
 # runs (CHECK_LEAVES_OUT: the simulations' seeded sweeps, the fuzzing budget, the wheel
 # builds), and 10 s of the simulations from a fresh seed instead (`make soak`).
 CHECK_LEAVES_OUT := tests/dev/test_shell_sim.py tests/dev/test_shell_failback.py \
-	tests/dev/test_lease_sim.py tests/protocol/test_protocol_sim.py tests/fuzz/test_fuzz.py \
+	tests/dev/test_lease_sim.py tests/fuzz/test_fuzz.py \
 	tests/deploy/test_image_wheels.py
 check: lint-python $(TOOLS_STAMP) $(PROMTOOL_STAMP)
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not integration and not spark" \

@@ -35,7 +35,6 @@ import dataclasses
 import gc
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rsub_dev.sim import SimParams, run
 from sidecar._gen.rsub.v1 import markers_pb2
 from sidecar.protocol import (
     MachineConfig,
@@ -429,27 +427,6 @@ def bench_markers(args: argparse.Namespace) -> None:
         print(f"  {title}: this tree / baseline = {_summary(ratios, '{:.2f}')}")
 
 
-def bench_sim(seconds: float, safety_only: bool) -> None:
-    t0 = time.perf_counter()
-    runs = events = 0
-    seed = 0
-    while time.perf_counter() - t0 < seconds:
-        params = SimParams.draw(random.Random(seed ^ 0x5EED))
-        if safety_only:
-            params = dataclasses.replace(params, chaos_ms=1_200, heal_ms=0, outage_ms=0)
-        result = run(seed, params)
-        assert result.violation is None, result.report()
-        runs += 1
-        events += result.stats["events"]
-        seed += 1
-    elapsed = time.perf_counter() - t0
-    kind = "1.2 s chaos, safety only (as in CI)" if safety_only else "chaos + 5 s healed"
-    print(
-        f"simulator ({kind}): {runs} schedules in {elapsed:.1f}s = {runs / elapsed:.1f} "
-        f"schedules/s, {events / elapsed:,.0f} events/s"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -459,7 +436,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3, help="repetitions (median and range)")
     parser.add_argument("--baseline", type=Path, help="another checkout to measure side by side")
-    parser.add_argument("--sim-seconds", type=float, default=5.0)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -467,8 +443,6 @@ def main() -> None:
         print(json.dumps(measure(args.streams, args.subscriptions, args.rounds)))
         return
     bench_markers(args)
-    bench_sim(args.sim_seconds, safety_only=True)
-    bench_sim(args.sim_seconds, safety_only=False)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """How fast the simulations run: the real runtime of a three-region cluster on virtual time
-(`rsub_dev.sim.shell`), next to the protocol world and the leases' world, in one run.
+(`rsub_dev.sim.shell`), next to the leases' world, in one run.
 
     .venv/bin/python bench/bench_shell_sim.py [--seeds 10]
 
@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 from rsub_dev.sim.leases import run_leases
 from rsub_dev.sim.shell import ShellParams, run_shell
-from rsub_dev.sim.world import SimParams, run
 
 
 def _timed(runs: int, one: Callable[[int], object]) -> tuple[float, float]:
@@ -42,14 +41,10 @@ def main() -> None:
     def shell(seed: int) -> object:
         return run_shell(seed, shell_params(seed))
 
-    def world(seed: int) -> object:
-        return run(seed, SimParams.draw(random.Random(seed ^ 0x5EED), regions=3))
-
     # Runs with a healed end are longer (`ShellParams.with_healed_end`).
     virtual_s = sum(shell_params(seed).run_ms for seed in range(seeds)) / 1000
     rows = [
         ("runtime (shell), 3 regions", *_timed(seeds, shell)),
-        ("protocol (world), 3 regions", *_timed(seeds, world)),
         ("leases", *_timed(seeds, run_leases)),
     ]
     print(f"{seeds} seeds each")

@@ -1,7 +1,5 @@
 """Deterministic simulations of rsub, each from one integer seed:
 
-- `world`: regions driving the real protocol core (`run(seed)`, or
-  `World(seed, params, factory).run()`);
 - `leases`: the real lease over a simulated bucket on virtual time (`run_leases`);
 - `shell`: the real sidecar runtime over the simulated JetStream on virtual time
   (`run_shell`).
@@ -10,6 +8,5 @@ Each returns a `SimResult` (`outcome`) with the first violated property and the 
 """
 
 from rsub_dev.sim.outcome import SimResult
-from rsub_dev.sim.world import MachineFactory, SimParams, World, run
 
-__all__ = ["MachineFactory", "SimParams", "SimResult", "World", "run"]
+__all__ = ["SimResult"]

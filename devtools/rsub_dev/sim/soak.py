@@ -1,8 +1,8 @@
 """Run the simulations over fresh seeds for a while: `python -m rsub_dev.sim.soak --seconds N`.
 
-Per seed, the protocol world (`world`), the leases' world (`leases`: the real `Lease` over a
-simulated bucket on virtual time) and the runtime's (`shell`: the real sidecar runtime over
-the simulated JetStream on virtual time). Every run draws its parameters from its seed; the
+Per seed, the leases' world (`leases`: the real `Lease` over a simulated bucket on virtual
+time) and the runtime's (`shell`: the real sidecar runtime over the simulated JetStream on
+virtual time). Every run draws its parameters from its seed; the
 first violation prints the seed, the parameters and the last events, and exits with status 1.
 """
 
@@ -15,14 +15,12 @@ import time
 
 from rsub_dev.sim.leases import run_leases
 from rsub_dev.sim.shell import run_shell
-from rsub_dev.sim.world import SimParams, run
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rsub_dev.sim.soak", description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to run")
     parser.add_argument("--seed", type=int, default=None, help="first seed (default: random)")
-    parser.add_argument("--regions", type=int, default=None, help="fix the number of regions")
     args = parser.parse_args(argv)
     if args.seconds <= 0:
         parser.error("--seconds must be positive")
@@ -33,16 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     seed = first
     started = time.monotonic()
     while time.monotonic() < deadline:
-        params = SimParams.draw(random.Random(seed ^ 0x5EED), regions=args.regions)
-        result = run(seed, params)
-        runs += 1
-        for key, value in result.stats.items():
-            totals[key] = totals.get(key, 0) + value
         leases, shell = run_leases(seed), run_shell(seed)
+        runs += 1
         for prefix, stats in (("lease_", leases.stats), ("shell_", shell.stats)):
             for key, value in stats.items():
                 totals[prefix + key] = totals.get(prefix + key, 0) + value
-        for failed in (result, leases, shell):
+        for failed in (leases, shell):
             if failed.violation:
                 print(failed.report())
                 print(f"FAILED after {runs} runs; reproduce with --seed {seed}", file=sys.stderr)

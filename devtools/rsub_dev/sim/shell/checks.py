@@ -10,9 +10,10 @@ from typing import Any
 from rsub_dev.sim.outcome import LoopWorld
 from rsub_dev.sim.shell.applied import Applied
 from rsub_dev.sim.shell.coverage import CheckedIndex, Coverage
+from rsub_dev.sim.shell.durables import Durable
 from rsub_dev.sim.shell.ledger import DataId, Ledger
 from rsub_dev.sim.shell.limits import Excuses, Removals
-from rsub_dev.sim.shell.params import DURABLE, ShellParams
+from rsub_dev.sim.shell.params import ShellParams, durable_names
 from rsub_dev.simjs import ConsumerInfo, SimJetStream
 from sidecar.naming import VirtualStream
 from sidecar.nats.origin_log import data_entry
@@ -42,29 +43,38 @@ class Checks:
         self._world = world
         self._vs = vs
         self._js = js
-        self.consumed: Counter[tuple[str, int]] = Counter()
-        """How many times each data message (its origin and origin sequence) was consumed."""
-        self._reached: dict[str, int] = {}
         self.user_changes: Counter[str] = Counter()
         """Per region, how many times a user reset, deleted or created a durable there."""
         self.ledger = Ledger(vs, js)
         self.on_update: list[Callable[[str, Update], None]] = []
         """Told of every update a sidecar publishes, as it lands (`vector`)."""
         self.removals = Removals(vs, js)
-        self.excuses = excuses(vs, js, self.ledger, self.consumed, self.removals)
-        """Why passing a message never consumed may not be a loss (`limits`)."""
+        self.twins: dict[DataId, DataId] = {}
+        """Each copy of a message published twice with one `Nats-Msg-Id`: the other."""
+        self.durables: list[Durable] = []
+        """The run's replicated durables, the i-th first homed in region i modulo the
+        regions, each with its own excuses (`limits`)."""
+        for i, name in enumerate(durable_names(world.p.durables)):
+            home = vs.regions[i % len(vs.regions)]
+            consumed: Counter[DataId] = Counter()
+            why = excuses(vs, js, self.ledger, consumed, self.removals, self.twins)
+            self.durables.append(Durable(name, home, home, consumed, why))
+        self._named = {d.name: d for d in self.durables}
         self.written: dict[str, list[int]] = {r: [] for r in vs.regions}
         """Per region, the sequences of the data messages its producers wrote, in order."""
-        self.coverage = Coverage(world, self.written)
+        self.coverage = Coverage(world, self.written, self.durables)
         self.snapshot_started: dict[str, int] = {}
         """Per region, when the latest snapshot of it published started."""
 
-    def unconsumed(self, data: DataId) -> bool:
-        """Whether `data`'s logical message (a twin's copy counts) was never consumed, and
-        no excuse (`Excuses.why`) lets it be passed."""
-        if self.excuses.consumed(data):
+    def durable(self, name: str) -> Durable:
+        return self._named[name]
+
+    def unconsumed(self, durable: Durable, data: DataId) -> bool:
+        """Whether `data`'s logical message (a twin's copy counts) was never consumed from
+        `durable`, and no excuse (`Excuses.why`) lets it be passed."""
+        if durable.excuses.consumed(data):
             return False
-        why = self.excuses.why(data)
+        why = durable.excuses.why(data)
         if why is None:
             return True
         self._world.stats["excused_" + why.split(" ", 1)[0]] += 1
@@ -134,20 +144,20 @@ class Checks:
     def moved(self, region: str, durable: str, start: int, how: str) -> None:
         """A sidecar moved or created `durable` in `region` to deliver from `start`: every
         data message below it, above where the durable had got, must have been consumed."""
-        world, vs = self._world, self._vs
+        world, vs, d = self._world, self._vs, self.durable(durable)
         world.stats[f"{how}s"] += 1
         world.note(f"{region} {how} {durable} from {start}")
         stream = self._js.stream(vs.read_stream(region))
-        reached = self._reached.get(region, 0)
+        reached = d.reached.get(region, 0)
         for msg in stream.matching(reached + 1, (vs.data_filter(),), start - 1):
             entry = data_entry(vs, msg.seq, msg.headers)
-            if self.unconsumed((entry.origin, entry.origin_seq)):
+            if self.unconsumed(d, (entry.origin, entry.origin_seq)):
                 raise world.fail(
                     f"moved over unconsumed data: {region} {how} {durable} from {start}, "
                     f"over {entry} never consumed"
                 )
-        self._reached[region] = max(reached, start - 1)
-        self.excuses.stood(region, self.standing(region))
+        d.reached[region] = max(reached, start - 1)
+        d.excuses.stood(region, self.standing(region, durable))
 
     def resetting(self, region: str, durable: str, start: int) -> None:
         """A reset of `durable` in `region` to deliver from `start` lands: it must not rewind
@@ -178,7 +188,7 @@ class Checks:
         consumer = self._js.stream(self._vs.read_stream(region)).consumers.get(durable)
         return consumer.info(self._js.now_ms) if consumer is not None else None
 
-    def standing(self, region: str, durable: str = DURABLE) -> int | None:
+    def standing(self, region: str, durable: str) -> int | None:
         """Where `durable` stands in `region`: its ack floor extended over what it never
         delivers (markers), or the stream's end with nothing pending (None: absent)."""
         info = self.consumer(region, durable)
@@ -190,28 +200,33 @@ class Checks:
         return stream.last_seq if after is None else after.seq - 1
 
     def reported(self, machines: Iterable[tuple[str, str, StreamMachine, bool]]) -> None:
-        """What every replica's machine answers for the durable (`mark_delete`, the API's
+        """What every replica's machine answers for each durable (`mark_delete`, the API's
         answer), leader or follower, is never beyond where the durable stands; `machines`
         are (replica, region, machine, stale): a stale one (`Replica.stale`) read the
         durables before their user last changed them, and is excused."""
-        for region in self.regions:
-            self.excuses.stood(region, self.standing(region))
+        for d in self.durables:
+            for region in self.regions:
+                d.excuses.stood(region, self.standing(region, d.name))
         for name, region, machine, stale in machines:
-            view = machine.subscription(DURABLE)
-            if stale or view is None or not view.exists or view.mark_delete is None:
+            if stale:
                 continue
-            standing = self.standing(region)
-            if standing is None or view.mark_delete > standing:
-                raise self._world.fail(
-                    f"reported: {name} reports {DURABLE} at {view.mark_delete}, it stands at "
-                    f"{standing}"
-                )
+            for d in self.durables:
+                view = machine.subscription(d.name)
+                if view is None or not view.exists or view.mark_delete is None:
+                    continue
+                standing = self.standing(region, d.name)
+                if standing is None or view.mark_delete > standing:
+                    raise self._world.fail(
+                        f"reported: {name} reports {d.name} at {view.mark_delete}, it stands "
+                        f"at {standing}"
+                    )
 
-    def behind_home(self, region: str, home: str) -> int | None:
-        """Where the durable stands in `region` when the next data message above it there
-        lies at or below where it stands in `home` (its home's progress covers it: a vector
-        must move it); None otherwise."""
-        standing, at_home = self.standing(region), self.standing(home)
+    def behind_home(self, durable: Durable, region: str) -> int | None:
+        """Where `durable` stands in `region` when the next data message above it there
+        lies at or below where it stands in its home (its home's progress covers it: a
+        vector must move it); None otherwise."""
+        home = durable.home
+        standing, at_home = self.standing(region, durable.name), self.standing(home, durable.name)
         if standing is None or at_home is None:
             return None
         stream = self._js.stream(self._vs.read_stream(region))
@@ -224,19 +239,20 @@ class Checks:
         there = self.ledger.stored_at(home, (entry.origin, entry.origin_seq))
         return standing if there is not None and there <= at_home else None
 
-    def no_loss(self, home: str) -> None:
-        """Every data message the durable has passed in `home`, where it is consumed now, was
+    def no_loss(self, durable: Durable) -> None:
+        """Every data message `durable` has passed in its home, where it is consumed now, was
         consumed (what lies after it, it delivers next)."""
         self._js.settle()
-        info = self.consumer(home, DURABLE)
+        home, name = durable.home, durable.name
+        info = self.consumer(home, name)
         if info is None:
-            raise self._world.fail(f"loss: {DURABLE} is not there in {home}, its home now")
+            raise self._world.fail(f"loss: {name} is not there in {home}, its home now")
         vs = self._vs
         passed = info.ack_floor.stream_seq
         for msg in self._js.stream(vs.read_stream(home)).matching(1, (vs.data_filter(),), passed):
             entry = data_entry(vs, msg.seq, msg.headers)
-            if self.unconsumed((entry.origin, entry.origin_seq)):
-                raise self._world.fail(f"loss: {entry} in {home} never consumed")
+            if self.unconsumed(durable, (entry.origin, entry.origin_seq)):
+                raise self._world.fail(f"loss: {entry} of {name} in {home} never consumed")
 
 
 class Fencing:
@@ -341,7 +357,7 @@ class Replica:
 
     def failed(self, machine: StreamMachine, action: SubscriptionAction) -> None:
         """Its machine was told `action` failed: owed, while it leads."""
-        self.applied.failed()
+        self.applied.failed(action.subscription)
         if machine.is_leader:
             changes = self._checks.user_changes[self._region]
             self._owed[action.subscription] = (action, min(changes, self._applied), 0)

@@ -4,11 +4,13 @@ in the runtime's world.
 A returning region (`ShellParams.failback_ms`): the home region `a`, lost at `failover_ms`,
 comes back (`SimJetStream.restart`: its servers with what they stored, its streams under new
 leaders, each of its sources (its own region's included) resuming only `reconnect_ms` and up to
-2 s later), its sidecars start again and its application consumes at once; the one in the
-region it failed over to stops, or goes on (`both_consume`); with `silent`, the third
-region is cut off from then on and never answers.
+2 s later), its sidecars start again and the applications of the durables homed there
+first consume there at once; each one in the region it failed over to stops, or goes on
+(`both_consume`); with `silent`, the third region is cut off from then on and never answers.
+The durables homed elsewhere stay where they are (their copies in `a` are held or not as the
+guard decides: no application of theirs consumes there).
 
-Checked as it goes (`Failback`):
+Checked as it goes (`Failback`), for each durable:
 
 - failback safety, at every fetch in `a` once back: it is never delivered a message another
   region consumed before `a` returned, but for what docs/protocol.md §7 leaves: until the
@@ -33,11 +35,12 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_right
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rsub_dev.sim.outcome import Violation
 from rsub_dev.sim.shell.ledger import DataId
-from rsub_dev.sim.shell.params import DURABLE, MOVE_PAUSE_MS, ShellParams
+from rsub_dev.sim.shell.params import MOVE_PAUSE_MS, ShellParams, durable_names
 from rsub_dev.simjs import Delivery
 from sidecar.nats.origin_log import data_entry
 from sidecar.protocol import (
@@ -53,7 +56,34 @@ from sidecar.protocol import (
 )
 
 if TYPE_CHECKING:
+    from rsub_dev.sim.shell.durables import Durable
     from rsub_dev.sim.shell.world import ShellWorld
+
+
+@dataclass(slots=True)
+class _Watched:
+    """What the checks follow of one durable."""
+
+    elsewhere: set[DataId] = field(default_factory=set)
+    """What regions other than the returned one consumed of it before it returned."""
+    consumed_by: dict[str, set[DataId]] = field(default_factory=lambda: defaultdict(set))
+    fetched: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    """Per region, when its application was delivered data."""
+    first: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    """Per region, when its application was delivered data no other region had consumed
+    (no move can have passed it: only consumption there did)."""
+    hold_asked: bool = False
+    hold_landed_ms: int | None = None
+    released_ms: int | None = None
+    both: tuple[str, ...] = ()
+    """The regions consuming it at once after the return (`both_consume`)."""
+    start: int | None = None
+    """In the returned region once the guard settled: where its deliveries run from since
+    its last skip."""
+    last_delivered: int | None = None
+    uncovered_at: dict[int, int] = field(default_factory=dict)
+    """In the returned region once the guard settled: when each message no region had
+    consumed before the return was delivered (by its sequence there)."""
 
 
 class Failback:
@@ -68,36 +98,22 @@ class Failback:
         self._returned: str | None = None
         """The region back, once it is."""
         self._back_ms = 0
-        self._elsewhere: set[DataId] = set()
-        """What regions other than the returned one consumed before it returned."""
-        self._consumed_by: dict[str, set[DataId]] = defaultdict(set)
-        self._fetched: dict[str, list[int]] = defaultdict(list)
-        """Per region, when its application was delivered data."""
-        self._first: dict[str, list[int]] = defaultdict(list)
-        """Per region, when its application was delivered data no other region had consumed
-        (no move can have passed it: only consumption there did)."""
+        self._watched = {name: _Watched() for name in durable_names(p.durables)}
         self._decided_ms: int | None = None
         """When the returned region's new leader applied its first positions read."""
-        self._hold_asked = False
-        self._held: dict[str, tuple[int, int]] = {}
-        """Per region, the guard's pause that stands (since, until)."""
-        self._hold_landed_ms: int | None = None
-        self._released_ms: int | None = None
+        self._held: dict[tuple[str, str], tuple[int, int]] = {}
+        """Per region and durable, the guard's pause that stands (since, until)."""
         self._caught_up_ms: int | None = None
         """When sourcing between the returned region and every other region resumed (None:
         not all of them will)."""
-        self._from: int | None = None
-        self._last_delivered: int | None = None
-        self._uncovered_at: dict[int, int] = {}
-        """In the returned region once the guard settled: when each message no region had
-        consumed before the return was delivered (by its sequence there)."""
         self._listed_ms: dict[StreamMachine, int] = {}
         """Per machine, when it last applied a positions read."""
-        self._local_sign_ms: dict[StreamMachine, int] = {}
-        self._remote_sign_ms: dict[tuple[StreamMachine, str], int] = {}
+        self._local_sign_ms: dict[tuple[StreamMachine, str], int] = {}
+        self._remote_sign_ms: dict[tuple[StreamMachine, str, str], int] = {}
+        """(machine, region, durable) -> when it read that region's last consuming sign."""
         self._leading_since: dict[StreamMachine, int] = {}
-        self._update_ms: dict[str, int] = {}
-        """Per region, when its last update of the durable landed."""
+        self._update_ms: dict[tuple[str, str], int] = {}
+        """Per region and durable, when its last update landed."""
         self._tasks: list[asyncio.Task[Any]] = []
 
     # ---- bounds -------------------------------------------------------------------------
@@ -154,17 +170,17 @@ class Failback:
                 return super().became_follower()  # type: ignore[no-any-return]
 
             def positions_listed(self, listing: PositionsListing) -> list[Output]:
-                leading, sign = self.is_leader, checks._sign(self)
+                leading, signs = self.is_leader, checks._signs(self)
                 out: list[Output] = super().positions_listed(listing)
-                checks._listed(self, leading, sign, out)
+                checks._listed(self, leading, signs, out)
                 return out
 
             def action_done(
                 self, action: SubscriptionAction, mark_delete: int, done_ms: int = 0
             ) -> list[Output]:
-                sign = checks._sign(self)
+                signs = checks._signs(self)
                 out: list[Output] = super().action_done(action, mark_delete, done_ms)
-                checks._signed(self, sign)
+                checks._signed(self, signs)
                 return out
 
             def marker_seen(self, read_seq: int, marker: Marker) -> list[Output]:
@@ -173,11 +189,12 @@ class Failback:
                 if (
                     not Observed._restoring
                     and isinstance(body, Update)
-                    and body.subscription == DURABLE
+                    and body.subscription in checks._watched
                     and body.consuming
                     and marker.region != self.config.region
                 ):
-                    checks._remote_sign_ms[(self, marker.region)] = checks._world.now_ms()
+                    key = (self, marker.region, body.subscription)
+                    checks._remote_sign_ms[key] = checks._world.now_ms()
                 return out
 
         Observed.__name__ = f"Observed{factory.__name__}"
@@ -220,7 +237,8 @@ class Failback:
         a = world.vs.regions[0]
         others = [r for r in world.vs.regions if r != a]
         reconnect = {r: p.reconnect_ms + world.rng.randint(0, 2_000) for r in world.vs.regions}
-        self._elsewhere = set().union(*(self._consumed_by[r] for r in others))
+        for watched in self._watched.values():
+            watched.elsewhere = set().union(*(watched.consumed_by[r] for r in others))
         world.js.faults.clear()  # calm from here: no failing request
         if p.silent:
             silent = world.vs.regions[2]
@@ -234,11 +252,14 @@ class Failback:
         world.stats["returns"] += 1
         world._live.add(a)
         apps = world.apps
-        if p.both_consume:
-            self._tasks.append(loop.create_task(apps.consume(a, p.run_ms, keep=lambda: True)))
-        else:
-            world._home = a
-            self._tasks.append(loop.create_task(apps.consume(a, p.run_ms)))
+        for d in self._returning_home(a):
+            if p.both_consume:
+                self._watched[d.name].both = (a, d.home)
+                consume = apps.consume(d, a, p.run_ms, keep=lambda: True)
+            else:
+                d.home = a
+                consume = apps.consume(d, a, p.run_ms)
+            self._tasks.append(loop.create_task(consume))
         self._tasks.append(loop.create_task(self._producing(a, max(reconnect.values()))))
         for sidecar in world._sidecars:
             if sidecar.region == a:
@@ -252,6 +273,10 @@ class Failback:
                 await sidecar.stop()
                 await world._start(sidecar)
 
+    def _returning_home(self, a: str) -> list[Durable]:
+        """The durables first homed in `a`, whose applications consume there again."""
+        return [d for d in self._world.durables if d.first_home == a]
+
     async def _producing(self, region: str, reconnect_ms: int) -> None:
         """The returned region's producers: at once, or once every source there reconnected
         (`quiet_return`)."""
@@ -262,121 +287,130 @@ class Failback:
 
     # ---- failback safety and the holds ----------------------------------------------------
 
-    def _settled(self) -> bool:
-        """Whether the guard decided, and its hold (if it asked for one) landed."""
+    def _settled(self, watched: _Watched) -> bool:
+        """Whether the guard decided, and its hold of the durable (if it asked for one)
+        landed."""
         return self._decided_ms is not None and (
-            not self._hold_asked or self._hold_landed_ms is not None
+            not watched.hold_asked or watched.hold_landed_ms is not None
         )
 
-    def _finished(self, region: str) -> None:
-        """A slow worker consumed a message fetched before: consumption there now."""
-        self._fetched[region].append(self._world.now_ms())
+    def _finished(self, durable: Durable, region: str) -> None:
+        """A slow worker consumed a message of `durable` fetched before: consumption there now."""
+        self._watched[durable.name].fetched[region].append(self._world.now_ms())
 
-    def _delivered(self, region: str, deliveries: list[Delivery]) -> None:
-        world, vs = self._world, self._world.vs
+    def _delivered(self, durable: Durable, region: str, deliveries: list[Delivery]) -> None:
+        world, vs, w = self._world, self._world.vs, self._watched[durable.name]
         now = world.now_ms()
-        self._fetched[region].append(now)
+        w.fetched[region].append(now)
         entries = [(d.stream_seq, data_entry(vs, d.stream_seq, d.headers)) for d in deliveries]
         ids = [(e.origin, e.origin_seq) for _, e in entries]
-        others = [self._consumed_by[r] for r in vs.regions if r != region]
+        others = [w.consumed_by[r] for r in vs.regions if r != region]
         if any(all(i not in seen for seen in others) for i in ids):
-            self._first[region].append(now)
-        self._consumed_by[region].update(ids)
-        if region != self._returned or not self._settled():
+            w.first[region].append(now)
+        w.consumed_by[region].update(ids)
+        if region != self._returned or not self._settled(w):
             return
         stream = world.js.stream(vs.read_stream(region))
         first = deliveries[0].stream_seq
-        last = self._last_delivered
+        last = w.last_delivered
         if (
             last is None
-            or self._from is None
+            or w.start is None
             or next(stream.matching(last + 1, (vs.data_filter(),), first - 1), None) is not None
         ):
-            self._from = first - 1  # the first after the guard, or after a move skipped data
-        self._last_delivered = deliveries[-1].stream_seq
+            w.start = first - 1  # the first after the guard, or after a move skipped data
+        w.last_delivered = deliveries[-1].stream_seq
         for seq, entry in entries:
             data = (entry.origin, entry.origin_seq)
-            if data not in self._elsewhere:
-                self._uncovered_at[seq] = now
+            if data not in w.elsewhere:
+                w.uncovered_at[seq] = now
                 continue
             # The last message before it since the durable's last skip that no region had
             # consumed: the move over what follows it waits for the read after its ack.
-            uncovered = max((u for u in self._uncovered_at if self._from < u < seq), default=None)
-            if uncovered is not None and now - self._uncovered_at[uncovered] <= self._move_ms:
+            uncovered = max((u for u in w.uncovered_at if w.start < u < seq), default=None)
+            if uncovered is not None and now - w.uncovered_at[uncovered] <= self._move_ms:
                 world.stats["failback_after_uncovered"] += 1
                 continue
             raise world.fail(
-                f"failback safety: {region} delivered {data} at {seq}, consumed elsewhere "
-                f"before {region} returned at {self._back_ms} ms (guard decided at "
-                f"{self._decided_ms} ms, held {self._hold_landed_ms}, released "
-                f"{self._released_ms}; the last message consumed nowhere before it, since "
-                f"{self._from}: {uncovered})"
+                f"failback safety: {region} delivered {data} of {durable.name} at {seq}, "
+                f"consumed elsewhere before {region} returned at {self._back_ms} ms (guard "
+                f"decided at {self._decided_ms} ms, held {w.hold_landed_ms}, released "
+                f"{w.released_ms}; the last message consumed nowhere before it, since "
+                f"{w.start}: {uncovered})"
             )
         world.stats["failback_checked"] += len(entries)
 
     def _paused(self, stream: str, name: str, until_ms: int | None) -> None:
         """A pause lands: the guard's (any but a move's) only in a region that returned."""
-        world = self._world
-        if name != DURABLE:
+        world, w = self._world, self._watched.get(name)
+        if w is None:
             return
         region = next(r for r in world.vs.regions if world.vs.read_stream(r) == stream)
         now = world.js.now_ms
         if until_ms is None:
-            if self._held.pop(region, None) is not None:
-                world.note(f"{DURABLE} released in {region}")
-                self._released_ms = now
+            if self._held.pop((region, name), None) is not None:
+                world.note(f"{name} released in {region}")
+                w.released_ms = now
             return
         if until_ms - now == MOVE_PAUSE_MS:
             return
         if region != self._returned:
             raise world.fail(
-                f"no healthy hold: {DURABLE} held in {region} for {until_ms - now} ms, "
+                f"no healthy hold: {name} held in {region} for {until_ms - now} ms, "
                 f"a region that did not return"
             )
-        world.note(f"{DURABLE} held in {region} until {until_ms}")
+        world.note(f"{name} held in {region} until {until_ms}")
         world.stats["holds"] += 1
-        self._held[region] = (now, until_ms)
-        if self._hold_landed_ms is None:
-            self._hold_landed_ms = now
+        self._held[(region, name)] = (now, until_ms)
+        if w.hold_landed_ms is None:
+            w.hold_landed_ms = now
 
     def _holding(self) -> None:
         """Failback liveness: a hold ends within the window once sourcing resumed with every
         other region, and at its deadline whatever happens."""
         world, p = self._world, self._p
         now = world.now_ms()
-        for region, (since, until) in list(self._held.items()):
+        for (region, name), (since, until) in list(self._held.items()):
             if now >= until:
-                del self._held[region]
+                del self._held[(region, name)]
                 continue
             if now > since + p.hold_ms + 2 * p.interval_ms:
                 raise world.fail(
-                    f"failback expiry: {DURABLE} in {region} held since {since} ms, past its "
+                    f"failback expiry: {name} in {region} held since {since} ms, past its "
                     f"deadline of {p.hold_ms} ms"
                 )
             caught_up = self._caught_up_ms
             if caught_up is not None and now > max(caught_up, since) + p.failback_window_ms:
                 raise world.fail(
-                    f"failback liveness: {DURABLE} in {region} held since {since} ms, though "
+                    f"failback liveness: {name} in {region} held since {since} ms, though "
                     f"sourcing with every region resumed at {caught_up} ms"
                 )
 
     # ---- consumed in --------------------------------------------------------------------
 
-    def _sign(self, machine: StreamMachine) -> int | None:
-        """When `machine` last took its own region's consumers' sign (its own clock)."""
-        sub = machine._subs.get(DURABLE)
-        return None if sub is None else sub.consumed_ms.get(machine.config.region)
+    def _signs(self, machine: StreamMachine) -> dict[str, int | None]:
+        """Per durable, when `machine` last took its own region's consumers' sign (its own
+        clock)."""
+        region = machine.config.region
+        return {
+            name: None if (sub := machine._subs.get(name)) is None else sub.consumed_ms.get(region)
+            for name in self._watched
+        }
 
-    def _last_fetch(self, region: str) -> int | None:
-        times = self._fetched[region]
+    def _last_fetch(self, name: str, region: str) -> int | None:
+        times = self._watched[name].fetched[region]
         return times[-1] if times else None
 
-    def _consumed_since(self, region: str, since_ms: int) -> bool:
-        times = self._fetched[region]
+    def _consumed_since(self, name: str, region: str, since_ms: int) -> bool:
+        times = self._watched[name].fetched[region]
         return bool(times) and times[-1] >= since_ms
 
     def _listed(
-        self, machine: StreamMachine, leading: bool, sign: int | None, out: list[Output]
+        self,
+        machine: StreamMachine,
+        leading: bool,
+        signs: dict[str, int | None],
+        out: list[Output],
     ) -> None:
         world, region = self._world, machine.config.region
         now = world.now_ms()
@@ -387,41 +421,45 @@ class Failback:
             and now >= self._back_ms
         ):
             self._decided_ms = now
-            self._hold_asked = any(isinstance(o, HoldConsumer) for o in out)
-            world.note(f"{region}'s guard decided: hold={self._hold_asked}")
-        self._signed(machine, sign)
+            held = {o.subscription for o in out if isinstance(o, HoldConsumer)}
+            for name, w in self._watched.items():
+                w.hold_asked = name in held
+            world.note(f"{region}'s guard decided: hold={sorted(held)}")
+        self._signed(machine, signs)
         self._listed_ms[machine] = now
 
-    def _signed(self, machine: StreamMachine, sign: int | None) -> None:
-        """After an input that may take the sign (`sign`: as it was before): one taken only
-        over consumption there since the machine's previous positions read."""
+    def _signed(self, machine: StreamMachine, signs: dict[str, int | None]) -> None:
+        """After an input that may take a durable's sign (`signs`: as they were before): one
+        taken only over consumption of it there since the machine's previous positions
+        read."""
         world, region = self._world, machine.config.region
-        taken = self._sign(machine)
-        if taken is None or taken == sign:
-            return  # none taken (a subscription deleted forgets its signs), or the same
-        now, previous = world.now_ms(), self._listed_ms.get(machine, 0)
-        if not self._consumed_since(region, previous - self._read_slack_ms):
-            raise world.fail(
-                f"consumed in: {region}'s machine took its consumers' sign at {now} ms, none "
-                f"consumed there since its previous read at {previous} ms"
-            )
-        self._local_sign_ms[machine] = now
+        for name, taken in self._signs(machine).items():
+            if taken is None or taken == signs[name]:
+                continue  # none taken (a subscription deleted forgets its signs), or the same
+            now, previous = world.now_ms(), self._listed_ms.get(machine, 0)
+            if not self._consumed_since(name, region, previous - self._read_slack_ms):
+                raise world.fail(
+                    f"consumed in: {region}'s machine took its consumers' sign of {name} at "
+                    f"{now} ms, none consumed there since its previous read at {previous} ms"
+                )
+            self._local_sign_ms[(machine, name)] = now
 
     def _update(self, region: str, update: Update) -> None:
         """An update lands: one saying its writer's consumers passed data, only after they
         did within the window before its writer's previous update (a sign taken after that
         update may rest on consumption a little before it: a move's outcome read back)."""
-        if update.subscription != DURABLE:
+        name = update.subscription
+        if name not in self._watched:
             return
         world, now = self._world, self._world.now_ms()
-        previous = self._update_ms.get(region, 0)
-        self._update_ms[region] = now
+        previous = self._update_ms.get((region, name), 0)
+        self._update_ms[(region, name)] = now
         if not update.consuming:
             return
         since = previous - 10 * self._p.interval_ms - self._read_slack_ms
-        if not self._consumed_since(region, since):
+        if not self._consumed_since(name, region, since):
             raise world.fail(
-                f"consumed in: {region} sent an update saying it consumed {DURABLE}, none "
+                f"consumed in: {region} sent an update saying it consumed {name}, none "
                 f"consumed there within the window before its previous update at {previous} ms"
             )
         world.stats["consuming_updates"] += 1
@@ -436,51 +474,59 @@ class Failback:
             machine = s.driver.machine if s.driver is not None else None
             if not s.tasks or not s.port.net.awake.is_set() or machine is None:
                 continue
-            view = machine.subscription(DURABLE)
-            if view is None:
-                continue
-            window = machine.config.active_window_ms
-            since = now - window - slack
-            for r in view.consumed_in:
-                signed = (
-                    self._local_sign_ms.get(machine)
-                    if r == s.region
-                    else self._remote_sign_ms.get((machine, r))
-                )
-                if (signed is None or signed < since) and not self._consumed_since(r, since):
-                    raise world.fail(
-                        f"consumed in: {s.name}-{s.starts} reports {r} consuming {DURABLE}, "
-                        f"its last sign from there read at {signed} ms, the last consumption "
-                        f"there at {self._last_fetch(r)} ms"
+            for name in self._watched:
+                view = machine.subscription(name)
+                if view is None:
+                    continue
+                since = now - machine.config.active_window_ms - slack
+                for r in view.consumed_in:
+                    signed = (
+                        self._local_sign_ms.get((machine, name))
+                        if r == s.region
+                        else self._remote_sign_ms.get((machine, r, name))
                     )
-            self._both_reported(s.name, s.region, machine, view.consumed_in, now)
+                    if (signed is None or signed < since) and not self._consumed_since(
+                        name, r, since
+                    ):
+                        raise world.fail(
+                            f"consumed in: {s.name}-{s.starts} reports {r} consuming {name}, "
+                            f"its last sign from there read at {signed} ms, the last "
+                            f"consumption there at {self._last_fetch(name, r)} ms"
+                        )
+                self._both_reported(s.name, s.region, machine, name, view.consumed_in, now)
 
     def _both_reported(
-        self, name: str, region: str, machine: StreamMachine, reported: tuple[str, ...], now: int
+        self,
+        name: str,
+        region: str,
+        machine: StreamMachine,
+        durable: str,
+        reported: tuple[str, ...],
+        now: int,
     ) -> None:
-        """Two regions consuming at once after the return: a leader leading since before
-        reports each region whose application consumed data no other region had (no move
-        passed it) within the window, but the last `consumed_in_bound_ms`."""
-        world, p = self._world, self._p
+        """Two regions consuming `durable` at once after the return: a leader leading since
+        before reports each region whose application consumed data no other region had (no
+        move passed it) within the window, but the last `consumed_in_bound_ms`."""
+        world, w = self._world, self._watched[durable]
         if (
-            not p.both_consume
+            not w.both
             or not machine.is_leader
-            or self._released_ms is None
+            or w.released_ms is None
             or self._caught_up_ms is None
         ):
             return
         since = self._leading_since.get(machine)
         bound = self.consumed_in_bound_ms
-        start = max(self._caught_up_ms, self._released_ms, since or now) + bound
+        start = max(self._caught_up_ms, w.released_ms, since or now) + bound
         window = machine.config.active_window_ms
-        for r in (world.vs.regions[0], world.vs.regions[1]):
-            times = self._first[r]
+        for r in w.both:
+            times = w.first[r]
             k = bisect_right(times, now - bound)
             if not k or times[k - 1] < max(start, now - window):
                 continue
             world.stats["both_reported_checked"] += 1
             if r not in reported:
                 raise world.fail(
-                    f"consumed in: {name} in {region} does not report {r} consuming, its "
-                    f"application consumed there at {times[k - 1]} ms"
+                    f"consumed in: {name} in {region} does not report {r} consuming "
+                    f"{durable}, its application consumed there at {times[k - 1]} ms"
                 )

@@ -11,8 +11,8 @@ runtime's world, and why passing a message never consumed may then not be a loss
   de-duplication window (both once it expired), and read streams may store different copies.
 
 The guarantee is over logical messages (a `Nats-Msg-Id`: consuming one copy consumes its
-twin, docs/protocol.md §6, case 2) that reach the read streams (`Excuses.why`, world.py's
-excuses): passing a logical message never consumed is excused when a copy of it was removed
+twin, docs/protocol.md §6, case 2) that reach the read streams (`Excuses.why`, the
+deleted protocol world's excuses): passing a logical message never consumed is excused when a copy of it was removed
 from a read stream where the durable has been (removal under a consumer counts as passed
 there, what vectors then carry elsewhere; by a purge it is counted apart), or a copy never
 reached a read stream (its write stream removed it first) and the durable passed that gap
@@ -87,14 +87,16 @@ class Excuses:
         ledger: Ledger,
         consumed: Counter[DataId],
         removals: Removals,
+        twins: dict[DataId, DataId],
     ) -> None:
+        """For one durable: what its application `consumed`; `twins` (every durable's):
+        each copy of a message published twice with one `Nats-Msg-Id`, the other."""
         self._vs = vs
         self._js = js
         self._ledger = ledger
         self._consumed = consumed
         self.removals = removals
-        self.twins: dict[DataId, DataId] = {}
-        """Each copy of a message published twice with one `Nats-Msg-Id`: the other."""
+        self.twins = twins
         self.high: dict[str, int] = {}
         """Per region, the furthest the durable's copy there ever stood (`passed`)."""
         self.stats: Counter[str] = Counter()

@@ -11,9 +11,16 @@ MOVE_PAUSE_MS = 10_000
 """How long `consumers.move_forward` pauses a durable it moves (its `_MOVE_PAUSE_S`): a
 pause of any other length is the failback guard's."""
 DURABLE = "app"
+"""The first replicated durable's name (homed in the first region); the others' are
+`durable_names`."""
 SHARDS = 4
 DEDUP_WINDOW_MS = 120_000
 OUTAGE_AT_MS = 5_000
+
+
+def durable_names(count: int) -> tuple[str, ...]:
+    """The names of a run's `count` replicated durables: `DURABLE` first."""
+    return (DURABLE, *(f"{DURABLE}-{i}" for i in range(1, count)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +44,8 @@ class ShellParams:
     """Sidecars crash and restart (rebuilt from their read stream, a new lease holder)
     before the failover."""
     partitions: bool = False
-    """Regions other than the home are cut from the others for a while, then healed."""
+    """Regions that are no durable's home are cut from the others for a while, then
+    healed (none when every region is one's home)."""
     garbage: bool = False
     """Junk is published on the marker subjects: every sidecar reads it, rejects it (counted
     and logged) and goes on."""
@@ -113,6 +121,9 @@ class ShellParams:
     it (consumed, acked) 100 ms to 2 s later, if its region is still the durable's home: the
     durable's floor stays below it meanwhile, the acks above it go out as ranges
     (docs/protocol.md §6). Not with a return (its checks follow fetches, not late acks)."""
+    durables: int = 1
+    """Replicated durables of the stream, each with its own home (the i-th in region
+    i modulo the regions), application and ledger of what it consumed (`durables`)."""
 
     @property
     def failback_window_ms(self) -> int:
@@ -172,6 +183,8 @@ class ShellParams:
             raise ValueError("slow workers need no return")
         if self.hold_ms == MOVE_PAUSE_MS:
             raise ValueError(f"hold_ms must differ from a move's pause ({MOVE_PAUSE_MS} ms)")
+        if self.durables < 1:
+            raise ValueError(f"a run needs a durable, got durables={self.durables}")
 
     @classmethod
     def draw(cls, rng: random.Random) -> ShellParams:
@@ -195,7 +208,9 @@ class ShellParams:
             deletions=rng.random() < 0.25,
             tail_lag_ms=rng.choice([0, 0, 0, 100, 300]),
         ).with_outage(rng)
-        return drawn.with_edges(rng)
+        # Last, from a generator of its own seeded by where `rng` stands (not drawing from
+        # it): what `rng` draws next (`with_failback`) stays as it was for every seed.
+        return drawn.with_edges(rng).with_durables(random.Random(f"durables {rng.getstate()}"))
 
     def with_outage(self, rng: random.Random) -> ShellParams:
         """A quarter of the runs that can have one (three regions, no failover) get an
@@ -252,6 +267,12 @@ class ShellParams:
             twins=rng.uniform(0.05, 0.3) if rng.random() < 0.25 else 0.0,
             moves=not (self.failover_ms or self.outage_ms) and rng.random() < 0.4,
         )
+
+    def with_durables(self, rng: random.Random) -> ShellParams:
+        """Two or three replicated durables in two fifths of the runs, one otherwise."""
+        if rng.random() >= 0.4:
+            return self
+        return dataclasses.replace(self, durables=rng.randint(2, 3))
 
     def with_healed_end(self) -> ShellParams:
         """A healed end (`healed`), the calm end made long enough for the liveness it checks

@@ -5,11 +5,12 @@ Every sidecar replica runs the real `StreamDriver`, `IntervalLoop`, `Effects`,
 `sidecar.nats` code above the port), over `SimPort`
 (`rsub_dev.sim.port`): a simulated JetStream on virtual time (looptime's event loop), every
 request and reply delayed, sourcing between regions delayed. Applications publish in every
-region and consume one replicated durable in its home region, whose users reset and delete
-it; sidecars crash, freeze, lag; regions are cut off, or one is out for long (`_outage`); at
-`failover_ms` the home region is lost (its sidecars stopped, its sourcing cut) and the
-application continues in the next region, or it moves away and back with every region up
-(`moves`). Streams have limits and are purged, producers publish twins (`limits`); the end
+region and consume each replicated durable (`durables`: one to three, homes spread over the
+regions) in its home region, whose users reset and delete it; sidecars crash, freeze, lag;
+regions are cut off, or one is out for long (`_outage`); at `failover_ms` the first
+durable's home region is lost (its sidecars stopped, its sourcing cut) and each durable
+homed there continues in another live region, or one durable's application moves away and
+back with every region up (`moves`). Streams have limits and are purged, producers publish twins (`limits`); the end
 may be healed (`healing`). Everything comes from one seed.
 
 Checked as the run goes (docs/simulation.md lists them): moved only over consumed data (or
@@ -30,11 +31,12 @@ from rsub_dev.sim.outcome import LoopWorld, SimResult, Violation
 from rsub_dev.sim.port import LoopClock, ProcessNet, SimNet
 from rsub_dev.sim.shell.applications import Applications
 from rsub_dev.sim.shell.checks import Checks
+from rsub_dev.sim.shell.durables import Durable
 from rsub_dev.sim.shell.failback import Failback
 from rsub_dev.sim.shell.healing import healed_end
 from rsub_dev.sim.shell.limits import Excuses, stream_limits
 from rsub_dev.sim.shell.moves import application_moves
-from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, DURABLE, OUTAGE_AT_MS, STREAM, ShellParams
+from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, OUTAGE_AT_MS, STREAM, ShellParams
 from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
 from rsub_dev.simjs import (
     Fault,
@@ -69,7 +71,6 @@ class ShellWorld(LoopWorld[ShellParams]):
         self.machine_factory = self.failback.observed(machine_factory)
         self.vs = VirtualStream(STREAM, tuple(f"r{i}" for i in range(params.regions)))
         self._sidecars: list[Sidecar] = []
-        self._home = self.vs.regions[0]
         self._live = set(self.vs.regions)
         self._out: set[str] = set()
         """A region in an outage: cut off, its sidecars stopped, its clients writing."""
@@ -93,13 +94,15 @@ class ShellWorld(LoopWorld[ShellParams]):
         return self._checks
 
     @property
-    def home(self) -> str:
-        """The durable's home region now."""
-        return self._home
+    def durables(self) -> list[Durable]:
+        """The run's replicated durables, where they are homed now."""
+        return self.checks.durables
 
-    @home.setter
-    def home(self, region: str) -> None:
-        self._home = region
+    def pick(self) -> Durable:
+        """One of the durables, drawn (no draw when there is one: a run of one durable
+        draws as it always did)."""
+        durables = self.durables
+        return durables[0] if len(durables) == 1 else self.rng.choice(durables)
 
     @property
     def live(self) -> set[str]:
@@ -155,30 +158,41 @@ class ShellWorld(LoopWorld[ShellParams]):
 
     # ---- chaos --------------------------------------------------------------------------
 
-    async def _failover(self) -> None:
-        """The home region is lost: its sidecar stops, its sourcing is cut; the application
-        continues in the next region."""
-        lost, self._home = self._home, self.vs.regions[1]
-        self.note(f"{lost} lost; {self._home} takes over")
+    async def _failover(self) -> list[Durable]:
+        """The first durable's home region is lost: its sidecars stop, its sourcing is cut;
+        each durable homed there continues in another live region (the next one when there
+        is one durable, else drawn), the others stay. The durables that moved."""
+        lost = self.durables[0].home
         self._live.discard(lost)
+        moved = [d for d in self.durables if d.home == lost]
+        for d in moved:
+            d.home = (
+                self.vs.regions[1]
+                if len(self.durables) == 1
+                else self.rng.choice(sorted(self._live))
+            )
+            self.note(f"{lost} lost; {d.home} takes {d.name} over")
         self.js.partition(lost)
         for sidecar in self._sidecars:
             if sidecar.region == lost:
                 await sidecar.stop()
-        self.apps.recreate(self._home)
-        known = any(
-            s.region == self._home
-            and s.driver is not None
-            and s.driver.machine is not None
-            and s.driver.machine.subscription(DURABLE) is not None
-            for s in self._sidecars
-        )
-        if not known:
-            # No update of the durable ever reached the new home (the lost one never sent
-            # one): nothing to fail over to; its user creates it there (delivering all).
-            self.stats["failovers_unreplicated"] += 1
-            self.apps.recreate(self._home, deleted=False)
-        self.stats["failovers"] += 1
+        for d in moved:
+            self.apps.recreate(d, d.home)
+            known = any(
+                s.region == d.home
+                and s.driver is not None
+                and s.driver.machine is not None
+                and s.driver.machine.subscription(d.name) is not None
+                for s in self._sidecars
+            )
+            if not known:
+                # No update of the durable ever reached the new home (the lost one never
+                # sent one): nothing to fail over to; its user creates it there (delivering
+                # all).
+                self.stats["failovers_unreplicated"] += 1
+                self.apps.recreate(d, d.home, deleted=False)
+            self.stats["failovers"] += 1
+        return moved
 
     async def _chaos(self, until_ms: int) -> None:
         """Until `until_ms`: sidecars crash and come back (rebuilt from their read stream,
@@ -210,9 +224,11 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.stats["junk"] += 1
                 self.js.publish(self.vs.marker_subject(region), rng.randbytes(rng.randint(0, 40)))
             elif kind == "reset":
-                self.apps.replay(self._home)
+                durable = self.pick()
+                self.apps.replay(durable, durable.home)
             elif kind == "delete":
-                await self.apps.delete(rng.choice(sorted(self._live)))
+                durable = self.pick()
+                await self.apps.delete(durable, rng.choice(sorted(self._live)))
             elif kind == "purge":
                 self.checks.removals.purge_some(self, sorted(self._live))
             elif kind == "freeze":
@@ -236,7 +252,8 @@ class ShellWorld(LoopWorld[ShellParams]):
                     self.note(f"{name} restarts")
                     await self._start(sidecar)
             else:
-                cut = rng.choice([r for r in sorted(self._live) if r != self._home] or [None])
+                homes = {d.home for d in self.durables}
+                cut = rng.choice([r for r in sorted(self._live) if r not in homes] or [None])
                 if cut is None:
                     continue
                 self.note(f"{cut} cut off")
@@ -269,13 +286,15 @@ class ShellWorld(LoopWorld[ShellParams]):
             await self._start(sidecar)
 
     async def _vector_liveness(self) -> None:
-        """Vector liveness, from an outage on (the rest of the run is calm): when the home's
-        copy has passed the next data message above the copy of another live region, that
-        copy advances within `vector_window_ms` (during the outage no snapshot completes: only
-        the home's progress vectors can move it; after it, the region back floods the others
-        with what it wrote meanwhile). Time without a leader awake in that region or in the
-        home (a restarted replica waiting out its old lease) is not counted."""
-        owed: dict[str, tuple[int, int]] = {}  # region -> (where it stood, since when)
+        """Vector liveness, from an outage on (the rest of the run is calm), for each
+        durable: when its home's copy has passed the next data message above the copy of
+        another live region, that copy advances within `vector_window_ms` (during the outage
+        no snapshot completes: only the home's progress vectors can move it; after it, the
+        region back floods the others with what it wrote meanwhile). Time without a leader
+        awake in that region or in the home (a restarted replica waiting out its old lease,
+        a home out) is not counted."""
+        owed: dict[tuple[str, str], tuple[int, int]] = {}
+        """(durable, region) -> (where it stood, since when)."""
         window = self.p.vector_window_ms
         if await self.until(OUTAGE_AT_MS):
             return
@@ -283,24 +302,25 @@ class ShellWorld(LoopWorld[ShellParams]):
             await asyncio.sleep(self.p.interval_ms / 1000)
             self.js.settle()
             now = self.now_ms()
-            for region in sorted(self._live - self._out - {self._home}):
-                standing = self.checks.standing(region)
-                was = owed.get(region)
-                if was is not None and (standing is None or standing > was[0]):
-                    self.stats["vector_advances"] += 1
-                    del owed[region]
-                    was = None
-                if was is None or not self._led(region) or not self._led(self._home):
-                    # Time without a leader awake there or in the home (a lease waited out)
-                    # is not counted.
-                    behind = self.checks.behind_home(region, self._home)
-                    if behind is not None:
-                        owed[region] = (behind, now)
-                elif now - was[1] > window:
-                    raise self.fail(
-                        f"vector liveness: {DURABLE} in {region} stands at {was[0]} since "
-                        f"{was[1]} ms, behind its home {self._home}'s progress"
-                    )
+            for d in self.durables:
+                for region in sorted(self._live - self._out - {d.home}):
+                    standing = self.checks.standing(region, d.name)
+                    was = owed.get((d.name, region))
+                    if was is not None and (standing is None or standing > was[0]):
+                        self.stats["vector_advances"] += 1
+                        del owed[(d.name, region)]
+                        was = None
+                    if was is None or not self._led(region) or not self._led(d.home):
+                        # Time without a leader awake there or in the home (a lease waited
+                        # out) is not counted.
+                        behind = self.checks.behind_home(d, region)
+                        if behind is not None:
+                            owed[(d.name, region)] = (behind, now)
+                    elif now - was[1] > window:
+                        raise self.fail(
+                            f"vector liveness: {d.name} in {region} stands at {was[0]} since "
+                            f"{was[1]} ms, behind its home {d.home}'s progress"
+                        )
 
     def _led(self, region: str, replica: Sidecar | None = None) -> bool:
         """Whether a replica of `region` (`replica`, if given) runs, awake, with a machine
@@ -333,16 +353,17 @@ class ShellWorld(LoopWorld[ShellParams]):
         await sidecar.start(self.vs, self.p, self.driver_factory, self.machine_factory, self)
 
     async def _main(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop, p = asyncio.get_running_loop(), self.p
         self._js = SimJetStream(LoopClock(loop), rng=random.Random(self.seed ^ 0x5EA))
         net = SimNet(self._js, self.rng, self.p.max_delay_ms, self.p.tail_lag_ms)
         checks = self._checks = Checks(self, self.vs, self._js, self.excuses)
-        apps = self._apps = Applications(
-            self, self.vs, net, checks, self._live.__contains__, lambda: self._home
-        )
+        apps = self._apps = Applications(self, self.vs, net, checks, self._live.__contains__)
         self._topology()
         self.failback.attach()
-        apps.create_durable(self._home)
+        for durable in self.durables:
+            apps.create_durable(durable, durable.home)
+        if len(self.durables) > 1:
+            self.stats["several_durables"] += 1
         if self.p.action_failures:
             self.js.faults.fail_randomly(
                 self.p.action_failures,
@@ -373,15 +394,16 @@ class ShellWorld(LoopWorld[ShellParams]):
                 tasks.append(loop.create_task(healed_end(self, chaos)))
             if self.p.moves:
                 tasks.append(loop.create_task(application_moves(self, tasks)))
-            tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
-            if self.p.failover_ms:
-                if await self.until(self.p.failover_ms):
+            tasks += [loop.create_task(apps.consume(d, d.home, p.run_ms)) for d in self.durables]
+            if p.failover_ms:
+                if await self.until(p.failover_ms):
                     return
-                await self._failover()
-                tasks.append(loop.create_task(apps.consume(self._home, self.p.run_ms)))
-            if await self.until(self.p.run_ms):
+                moved = await self._failover()
+                tasks += [loop.create_task(apps.consume(d, d.home, p.run_ms)) for d in moved]
+            if await self.until(p.run_ms):
                 return
-            checks.no_loss(self._home)
+            for durable in self.durables:
+                checks.no_loss(durable)
         finally:
             for sidecar in self._sidecars:
                 await sidecar.stop()
