@@ -20,7 +20,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from sidecar.config.checks import ConfigError
 from sidecar.config.nats import renamed
@@ -172,12 +172,16 @@ def clip_to_bounds(opts: RsubOptions, start: int, end: int, bounds: StreamBounds
 
 
 async def _first_data_seq(nc: NATS, opts: RsubOptions, from_seq: int) -> int | None:
-    js = nc.jetstream(timeout=opts.timeout_ms / 1000)
-    try:
-        msg = await js.get_msg(opts.read_stream, seq=from_seq, subject=opts.data_filter, next=True)
-    except NotFoundError:
-        return None
-    return int(msg.seq) if msg.seq is not None else None
+    """The first data sequence at or after `from_seq`, as the stream leader holds it (None:
+    none). Raises `ServiceUnavailableError` while the server has no meta leader."""
+    msg = await jsapi.msg_get(
+        nc,
+        opts.read_stream,
+        from_seq,
+        next_by_subj=opts.data_filter,
+        timeout_s=opts.timeout_ms / 1000,
+    )
+    return None if msg is None else int(msg["seq"])
 
 
 async def read_chunks(
@@ -220,25 +224,43 @@ async def _direct_chunks(
         while not collector.done:
             request = {
                 "seq": collector.next_seq,
-                # Data messages never outnumber sequences: nothing is asked for past `end`.
+                # Messages never outnumber sequences: nothing is asked for past `end`.
                 "batch": min(_DIRECT_BATCH, end - collector.next_seq + 1),
-                "next_by_subj": opts.data_filter,
+                "next_by_subj": ">" if collector.every_subject else opts.data_filter,
             }
             await collector.round_trip(nc.publish(api, json.dumps(request).encode(), reply=inbox))
             if collector.exhausted:
+                collector.exhausted = False
                 # Any replica may answer a direct get, and a lagging one says "no message"
                 # too early: the stream leader decides whether data is left in the range.
-                left = await _first_data_seq(nc, opts, collector.next_seq)
+                left: int | None = collector.next_seq
+                if not collector.every_subject:
+                    try:
+                        left = await _first_data_seq(nc, opts, collector.next_seq)
+                    except ServiceUnavailableError:
+                        # No meta leader: the stream leader refuses STREAM.MSG.GET, but direct
+                        # gets still work. Read the rest of the range over every subject,
+                        # markers too: one answer reaching `end` comes from a replica that
+                        # holds the whole range, so its data messages are all there are.
+                        log.info(
+                            "rsub.range_end_read_without_leader",
+                            stream=opts.read_stream,
+                            start=collector.next_seq,
+                            end=end,
+                        )
+                        collector.every_subject = True
+                        continue
+                # Reading every subject, "no message" before `end` means the replica lags.
                 if left is None or left > end:
                     collector.done = True
                 else:
                     stale_answers += 1
                     if stale_answers > _STALE_RETRIES:
+                        unasked = "; no meta leader to ask" if collector.every_subject else ""
                         raise RsubReadError(
                             f"read stream {opts.read_stream!r}: direct gets keep missing "
-                            f"sequence {left} (a lagging replica?)"
+                            f"sequence {left} (a lagging replica?{unasked})"
                         )
-                    collector.exhausted = False
                     await asyncio.sleep(0.05 * stale_answers)
             if collector.done or len(collector.buffer) >= CHUNK_ROWS:
                 chunk, collector.buffer = collector.buffer, []
@@ -257,8 +279,11 @@ class _DirectCollector:
         self.next_seq = first
         self.buffer: list[Record] = []
         self.done = False
-        # The answering replica holds no data message at or after next_seq.
+        # The answering replica holds no message asked for at or after next_seq.
         self.exhausted = False
+        # Asking for every subject (markers too, left out of the rows), not only data.
+        self.every_subject = False
+        self._data_prefix = opts.data_filter.removesuffix(">")
         self._error: str | None = None
         self._answered = asyncio.Event()
 
@@ -278,8 +303,10 @@ class _DirectCollector:
         if seq > self._end:
             self.done = True
             return
-        stored = rfc3339_micros(headers["Nats-Time-Stamp"])
-        self.buffer.append((seq, headers["Nats-Subject"], msg.data, headers, stored or 0))
+        subject = headers["Nats-Subject"]
+        if subject.startswith(self._data_prefix):
+            stored = rfc3339_micros(headers["Nats-Time-Stamp"])
+            self.buffer.append((seq, subject, msg.data, headers, stored or 0))
         self.next_seq = seq + 1
         if seq == self._end:
             self.done = True
