@@ -9,24 +9,24 @@ retries and checkpoint restarts exact.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError, ServiceUnavailableError
+from nats.js.errors import APIError, ServiceUnavailableError
 
 from sidecar.config.checks import ConfigError
 from sidecar.config.nats import renamed
 from sidecar.naming import NamingError, VirtualStream, region_in_stream
 from sidecar.nats import jsapi
 from sidecar.nats.connection import NatsRefused, NatsUnreachable, connect_once, shown_servers
+from sidecar.nats.port import STREAM_NOT_FOUND
 from spark_jobs.rsub_spark.options import NATS_OPTIONS, RsubOptions
 from spark_jobs.rsub_spark.rows import EPOCH, MICROSECOND, Record, rfc3339_micros
 
@@ -114,10 +114,10 @@ async def connect(opts: RsubOptions) -> NATS:
         raise RsubReadError(renamed(exc, NATS_OPTIONS)) from None
 
 
-def _origins(opts: RsubOptions, sources: list[Any] | None) -> VirtualStream | None:
+def _origins(opts: RsubOptions, sources: list[str]) -> VirtualStream | None:
     """The virtual stream whose write streams feed the read stream, for origin columns."""
     pattern = opts.write_stream_pattern
-    found = (region_in_stream(pattern, opts.stream, s.name) for s in sources or [])
+    found = (region_in_stream(pattern, opts.stream, name) for name in sources)
     regions = tuple(region for region in found if region is not None)
     try:
         return VirtualStream(opts.stream, regions, write_pattern=pattern) if regions else None
@@ -128,20 +128,23 @@ def _origins(opts: RsubOptions, sources: list[Any] | None) -> VirtualStream | No
 
 async def stream_bounds(nc: NATS, opts: RsubOptions) -> StreamBounds:
     """First and last sequence of the read stream; fails naming the stream when absent."""
-    js = nc.jetstream(timeout=opts.timeout_ms / 1000)
     try:
-        info = await js.stream_info(opts.read_stream)
-    except NotFoundError:
+        info = await jsapi.request(
+            nc, f"STREAM.INFO.{opts.read_stream}", timeout_s=opts.timeout_ms / 1000
+        )
+    except APIError as err:
+        if err.err_code != STREAM_NOT_FOUND:
+            raise
         raise RsubReadError(
             f"read stream {opts.read_stream!r} (virtual stream {opts.stream!r}) not found on "
             f"{shown_servers(opts.nats.servers)}"
         ) from None
-    state = info.state
+    state, config = info["state"], info["config"]
     return StreamBounds(
-        state.first_seq,
-        state.last_seq,
-        bool(info.config.allow_direct),
-        _origins(opts, info.config.sources),
+        int(state["first_seq"]),
+        int(state["last_seq"]),
+        bool(config.get("allow_direct")),
+        _origins(opts, [str(source["name"]) for source in config.get("sources") or []]),
     )
 
 
@@ -216,19 +219,19 @@ async def _direct_chunks(
         pending_msgs_limit=_PENDING_MSGS_LIMIT,
         pending_bytes_limit=_PENDING_BYTES_LIMIT,
     )
-    # A batched direct get answers one request with many messages on an inbox: a stream of
-    # replies, not the request/reply call of `sidecar.nats.jsapi`.
-    api = f"{jsapi.API_PREFIX}.DIRECT.GET.{opts.read_stream}"
     stale_answers = 0
     try:
         while not collector.done:
-            request = {
-                "seq": collector.next_seq,
+            request = jsapi.direct_get_batch(
+                nc,
+                opts.read_stream,
+                collector.next_seq,
                 # Messages never outnumber sequences: nothing is asked for past `end`.
-                "batch": min(_DIRECT_BATCH, end - collector.next_seq + 1),
-                "next_by_subj": ">" if collector.every_subject else opts.data_filter,
-            }
-            await collector.round_trip(nc.publish(api, json.dumps(request).encode(), reply=inbox))
+                min(_DIRECT_BATCH, end - collector.next_seq + 1),
+                next_by_subj=">" if collector.every_subject else opts.data_filter,
+                reply=inbox,
+            )
+            await collector.round_trip(request)
             if collector.exhausted:
                 collector.exhausted = False
                 # Any replica may answer a direct get, and a lagging one says "no message"
