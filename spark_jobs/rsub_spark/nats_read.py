@@ -9,6 +9,7 @@ retries and checkpoint restarts exact.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
@@ -204,8 +205,9 @@ async def read_chunks(
     if start >= end:
         return
     chunks = _direct_chunks if bounds.allow_direct else _consumer_chunks
-    async for chunk in chunks(nc, opts, start + 1, end):
-        yield chunk, bounds
+    async with contextlib.aclosing(chunks(nc, opts, start + 1, end)) as read:
+        async for chunk in read:
+            yield chunk, bounds
 
 
 async def _direct_chunks(
