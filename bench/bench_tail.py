@@ -13,10 +13,10 @@ per message, one more generator).
 
 The same messages, sourced into a stream `R` as a read stream's are (each then carries a
 `Nats-Stream-Source` header), are then read as a stored range, first to last, by each reader
-in turn: `tail` (as above), `replay` (the sidecar's rebuild: an ephemeral pull
-consumer, fetches of 256 as `NatsPort` asks), `direct` (the Spark source's batched direct
-gets) and `ordered` (the Spark source's reads of a stream without direct gets: nats-py's
-ordered consumer, over a mirror of `R` that does not allow them).
+in turn: `tail` (as above), `replay` (the sidecar's rebuild: `tail`'s consumer, ended
+after what was stored), and the Spark source's reads through the one range reader
+(`stream_reader.read_range`): `direct` (batched direct gets) and `consumer` (`replay`'s
+consumer, over a mirror of `R` that does not allow direct gets).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def port_tail(nc: Client) -> AsyncGenerator[object, None]:
 
 
 def replay(nc: Client) -> AsyncGenerator[object, None]:
-    return stream_reader.replay(nc.jetstream(), "R", "t.>", batch=256)
+    return stream_reader.replay(nc.jetstream(), "R", "t.>")
 
 
 def spark_range(stream: str, count: int) -> Tail:
@@ -128,7 +128,7 @@ async def run(count: int, rounds: int, versions: dict[str, Tail], directory: Pat
                 "tail": lambda nc: stream_reader.tail(nc.jetstream(), "R", "t.>", 1),
                 "replay": replay,
                 "direct": spark_range("R", count),
-                "ordered": spark_range("U", count),
+                "consumer": spark_range("U", count),
             }
             for _ in range(rounds):
                 await timed(readers, nc, count)
