@@ -48,7 +48,7 @@ _READER = Path("sidecar/nats/stream_reader.py")
 
 
 def reader_of(checkout: Path, label: str) -> ModuleType:
-    """`stream_reader` as `checkout` has it (it imports nothing else of rsub)."""
+    """`stream_reader` as `checkout` has it (what it imports of rsub comes from this one)."""
     spec = importlib.util.spec_from_file_location(f"stream_reader_{label}", checkout / _READER)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

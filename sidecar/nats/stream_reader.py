@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import structlog
 from nats.aio.client import Client
@@ -47,6 +48,7 @@ _STALE_RETRIES = 5
 _PENDING_MSGS_LIMIT = 1_000_000
 _PENDING_BYTES_LIMIT = 512 * 1024 * 1024
 _REPLAY_INACTIVE_S = 60.0
+_REQUEST_TIMEOUT_S = 5.0
 _TAIL_HEARTBEAT_S = 10.0
 # A tail that hears nothing over one whole check period (a heartbeat and a half) starts
 # again: silence is noticed between one and two periods after the last message.
@@ -54,10 +56,26 @@ _TAIL_SILENCE_S = 1.5 * _TAIL_HEARTBEAT_S
 _CONSUMER_STALLED = "Nats-Consumer-Stalled"
 
 
-def _from(start_seq: int) -> dict[str, object]:
-    if start_seq <= 1:
-        return {"deliver_policy": api.DeliverPolicy.ALL}
-    return {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": start_seq}
+def _consumer_config(
+    filter_subject: str, inbox: str, start_seq: int, headers_only: bool
+) -> dict[str, Any]:
+    """An ordered push consumer's configuration (the server's JSON: durations in ns)."""
+    config: dict[str, Any] = {
+        "filter_subject": filter_subject,
+        "deliver_subject": inbox,
+        "ack_policy": "none",
+        "max_deliver": 1,
+        "flow_control": True,
+        "idle_heartbeat": int(_TAIL_HEARTBEAT_S * 1e9),
+        "inactive_threshold": int(_REPLAY_INACTIVE_S * 1e9),
+        "mem_storage": True,
+        "num_replicas": 1,
+        "headers_only": headers_only,
+        "deliver_policy": "all",
+    }
+    if start_seq > 1:
+        config.update(deliver_policy="by_start_sequence", opt_start_seq=start_seq)
+    return config
 
 
 class TailGap(NatsError):
@@ -143,26 +161,18 @@ async def _ordered(
     watchdog = loop.call_later(_TAIL_SILENCE_S, check_silence)
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=deliver)
-    info: api.ConsumerInfo | None = None
+    name: str | None = None
     try:
-        info = await js.add_consumer(
-            stream,
-            api.ConsumerConfig(
-                filter_subject=filter_subject,
-                deliver_subject=inbox,
-                ack_policy=api.AckPolicy.NONE,
-                max_deliver=1,
-                flow_control=True,
-                idle_heartbeat=_TAIL_HEARTBEAT_S,
-                inactive_threshold=_REPLAY_INACTIVE_S,
-                mem_storage=True,
-                num_replicas=1,
-                headers_only=headers_only,
-                **_from(start_seq),  # type: ignore[arg-type]
-            ),
+        config = _consumer_config(filter_subject, inbox, start_seq, headers_only)
+        created = await jsapi.request(
+            nc,
+            f"CONSUMER.CREATE.{stream}",
+            {"stream_name": stream, "config": config},
+            timeout_s=_REQUEST_TIMEOUT_S,
         )
+        name = str(created["name"])
         # Replaying: the messages pending at the consumer's creation are those stored then.
-        remaining = (info.num_pending or 0) if stored else -1
+        remaining = int(created.get("num_pending", 0)) if stored else -1
         delivered = 0
         while remaining:
             msg = await received.get()
@@ -188,9 +198,11 @@ async def _ordered(
         watchdog.cancel()
         with contextlib.suppress(NatsError, asyncio.TimeoutError):
             await sub.unsubscribe()
-            if stored and info is not None:
+            if stored and name is not None:
                 # Best effort: the consumer also expires on its own after _REPLAY_INACTIVE_S.
-                await js.delete_consumer(stream, info.name)
+                await jsapi.request(
+                    nc, f"CONSUMER.DELETE.{stream}.{name}", timeout_s=_REQUEST_TIMEOUT_S
+                )
 
 
 async def read_range(
