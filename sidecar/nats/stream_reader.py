@@ -234,9 +234,6 @@ async def read_range(
 class RangeReadError(NatsError):
     """A range could not be read whole; the message names the stream and the sequence."""
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "range read failed"
-
 
 async def _replayed_chunks(
     js: JetStreamContext, stream: str, filter_subject: str, first: int, last: int
