@@ -103,3 +103,19 @@ def test_subjects_match_filters_as_the_server_does() -> None:
     assert matches("orders.>", "orders.west.k1") and matches("orders.*.k1", "orders.west.k1")
     assert not matches("orders.>", "orders") and not matches("orders.*", "orders.west.k1")
     assert not matches("orders.>", "_rsub.orders.marker.west") and matches("a.b", "a.b")
+
+
+async def test_reading_every_subject_keeps_only_the_filters_messages(nc: Client) -> None:
+    """Without a meta leader the direct gets ask for every subject: the collector alone, fed
+    answers made here."""
+    collector = stream_reader._DirectCollector("S", "orders.>", 1, 3, timeout_s=1)
+    collector.every_subject = True
+    for seq, subject in enumerate(["orders.west.k", "_rsub.orders.marker.west", "orders.x"], 1):
+        stamp = "2026-11-27T12:00:00Z"
+        headers = {"Nats-Sequence": str(seq), "Nats-Subject": subject, "Nats-Time-Stamp": stamp}
+        await collector.on_msg(Msg(nc, "inbox", data=b"%d" % seq, headers=headers))
+    assert [(seq, subject) for seq, subject, *_ in collector.buffer] == [
+        (1, "orders.west.k"),
+        (3, "orders.x"),
+    ]
+    assert collector.done and collector.next_seq == 4
