@@ -1,4 +1,6 @@
-"""Reads sequence ranges of a read stream with nats-py, synchronously (for Spark's workers).
+"""Reads sequence ranges of a read stream, synchronously (for Spark's workers), through the
+sidecar's NATS adapter: its connection builder, its JetStream request path (`jsapi`) and its
+one range reader (`stream_reader.read_range`).
 
 A range is `(start, end]`: every data message (subject `V.>`, never a marker) whose
 read-stream sequence `s` satisfies `start < s <= end`. Reading the same range always returns
