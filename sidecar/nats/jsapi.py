@@ -1,4 +1,5 @@
-"""The one path for direct JetStream API requests: `$JS.API.<op>`, JSON in, JSON out.
+"""The one path for direct JetStream API requests: `$JS.API.<op>`, JSON in, JSON out (and
+the batched direct get, whose answer is a stream of messages).
 
 Written by hand because nats-py's manager lacks what rsub needs: `CONSUMER.RESET`, paged
 consumer listings read together with the stream's state, `STREAM.MSG.GET` from the stream
@@ -59,6 +60,19 @@ async def msg_get(
         raise
     message: dict[str, Any] = reply["message"]
     return message
+
+
+async def direct_get_batch(
+    nc: Client, stream: str, seq: int, batch: int, *, next_by_subj: str, reply: str
+) -> None:
+    """Asks for the first `batch` messages on `next_by_subj` at or after `seq` (`DIRECT.GET`
+    with `batch`, answered by any one replica, or a mirror with `mirror_direct`). Not a
+    request/reply call: the answer is a stream of messages to `reply`, which the caller
+    subscribes to first: each message with its headers (`Nats-Sequence`, `Nats-Subject`,
+    `Nats-Time-Stamp`), then a `204` status ending the batch; or one `404` status when the
+    answering replica holds no such message."""
+    query = {"seq": seq, "batch": batch, "next_by_subj": next_by_subj}
+    await nc.publish(f"{API_PREFIX}.DIRECT.GET.{stream}", json.dumps(query).encode(), reply=reply)
 
 
 async def stream_names(

@@ -47,10 +47,6 @@ _EXPECTED_STREAM_HEADER = "Nats-Expected-Stream"
 _STATUS_HEADER = "Status"
 _NO_RESPONDERS = "503"
 _ACK_TIMEOUT_S = 5.0
-# Messages fetched at a time by a replay: whole messages (markers), or headers only (a few
-# hundred bytes each, so a fetch can ask for many).
-_REPLAY_BATCH = 256
-_REPLAY_BATCH_HEADERS_ONLY = 1024
 
 
 class _OneClient:
@@ -123,14 +119,8 @@ class NatsPort:
                 js, stream, filter_subject, start_seq, headers_only=headers_only
             )
         else:
-            batch = _REPLAY_BATCH_HEADERS_ONLY if headers_only else _REPLAY_BATCH
             messages = stream_reader.replay(
-                js,
-                stream,
-                filter_subject,
-                start_seq=start_seq,
-                batch=batch,
-                headers_only=headers_only,
+                js, stream, filter_subject, start_seq=start_seq, headers_only=headers_only
             )
         async with contextlib.aclosing(messages):
             async for msg in messages:

@@ -1,27 +1,54 @@
-"""Reading one subject filter of a stream: what is stored now, and what comes after.
+"""Reading one subject filter of a stream: a stored range, what is stored now, what comes.
 
-- `replay()` yields exactly the matching messages stored when it is called (an ephemeral
-  pull consumer: its `num_pending` at creation is the count), for a rebuild at startup.
+- `read_range()` yields the matching messages of a range of sequences as they are stored, in
+  lists: with batched direct gets (no consumer: it works without a JetStream meta leader,
+  which the Spark source needs in a region cut off from the others), or else `replay`'s. The
+  Spark source reads its ranges with it, and the sidecar's replays are its consumer path.
+- `replay()` yields exactly the matching messages stored when it is called (up to a last
+  sequence, if given), for a rebuild at startup: the ordered push consumer of `tail`, ended
+  after the messages pending at its creation (its count then) and deleted.
 - `tail()` yields them from a start sequence on, live (an ordered push consumer: flow
   control, idle heartbeats, no acks); it raises `TailGap` when a delivery is missing or the
   server went silent. Restart it from `last seq + 1` when it ends.
 
-With `headers_only` the server sends each message's headers with an empty payload, plus a
-`Nats-Msg-Size` header holding the payload's size.
+The push consumer is the fastest reader of the three: `bench/bench_tail.py`, figures in
+docs/benchmarks.md ("Reading a stored range"). With `headers_only` the server sends each
+message's headers with an empty payload, plus a `Nats-Msg-Size` header holding the
+payload's size (consumers only: a direct get always sends the payload).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import structlog
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext, api
+from nats.js.errors import ServiceUnavailableError
 
-_REPLAY_FETCH_TIMEOUT_S = 5.0
+from sidecar.nats import jsapi
+
+log = structlog.get_logger(__name__)
+
+# A stored message as a range is read: (sequence, subject, payload, headers, the time it was
+# stored in unix microseconds). A plain tuple: the Spark source makes one per row.
+Stored = tuple[int, str, bytes, dict[str, str] | None, int]
+# Messages per list `read_range` yields (no await per message in between).
+CHUNK = 8192
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+_DIRECT_BATCH = 4096
+_STALE_RETRIES = 5
+_PENDING_MSGS_LIMIT = 1_000_000
+_PENDING_BYTES_LIMIT = 512 * 1024 * 1024
 _REPLAY_INACTIVE_S = 60.0
+_REQUEST_TIMEOUT_S = 5.0
 _TAIL_HEARTBEAT_S = 10.0
 # A tail that hears nothing over one whole check period (a heartbeat and a half) starts
 # again: silence is noticed between one and two periods after the last message.
@@ -29,46 +56,26 @@ _TAIL_SILENCE_S = 1.5 * _TAIL_HEARTBEAT_S
 _CONSUMER_STALLED = "Nats-Consumer-Stalled"
 
 
-def _from(start_seq: int) -> dict[str, object]:
-    if start_seq <= 1:
-        return {"deliver_policy": api.DeliverPolicy.ALL}
-    return {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": start_seq}
-
-
-async def replay(
-    js: JetStreamContext,
-    stream: str,
-    filter_subject: str,
-    *,
-    start_seq: int = 1,
-    batch: int,
-    headers_only: bool = False,
-) -> AsyncGenerator[Msg, None]:
-    """Yield the messages on `filter_subject` stored in `stream` (seq >= `start_seq`) at the
-    time of the call, fetched `batch` at a time."""
-    config = api.ConsumerConfig(
-        filter_subject=filter_subject,
-        ack_policy=api.AckPolicy.NONE,
-        inactive_threshold=_REPLAY_INACTIVE_S,
-        mem_storage=True,
-        num_replicas=1,
-        headers_only=headers_only,
-        **_from(start_seq),  # type: ignore[arg-type]
-    )
-    info = await js.add_consumer(stream, config)
-    remaining = info.num_pending or 0
-    sub = await js.pull_subscribe_bind(info.name, stream=stream)
-    try:
-        while remaining > 0:
-            # The messages are stored: a fetch timing out means the connection is in trouble.
-            for msg in await sub.fetch(min(remaining, batch), _REPLAY_FETCH_TIMEOUT_S):
-                remaining -= 1
-                yield msg
-    finally:
-        # Best effort: the consumer also expires on its own after _REPLAY_INACTIVE_S.
-        with contextlib.suppress(NatsError, asyncio.TimeoutError):
-            await sub.unsubscribe()
-            await js.delete_consumer(stream, info.name)
+def _consumer_config(
+    filter_subject: str, inbox: str, start_seq: int, headers_only: bool
+) -> dict[str, Any]:
+    """An ordered push consumer's configuration (the server's JSON: durations in ns)."""
+    config: dict[str, Any] = {
+        "filter_subject": filter_subject,
+        "deliver_subject": inbox,
+        "ack_policy": "none",
+        "max_deliver": 1,
+        "flow_control": True,
+        "idle_heartbeat": int(_TAIL_HEARTBEAT_S * 1e9),
+        "inactive_threshold": int(_REPLAY_INACTIVE_S * 1e9),
+        "mem_storage": True,
+        "num_replicas": 1,
+        "headers_only": headers_only,
+        "deliver_policy": "all",
+    }
+    if start_seq > 1:
+        config.update(deliver_policy="by_start_sequence", opt_start_seq=start_seq)
+    return config
 
 
 class TailGap(NatsError):
@@ -76,7 +83,7 @@ class TailGap(NatsError):
     one after the last message taken."""
 
 
-async def tail(
+def tail(
     js: JetStreamContext,
     stream: str,
     filter_subject: str,
@@ -95,6 +102,36 @@ async def tail(
     server asks), and the server's idle heartbeats (every `_TAIL_HEARTBEAT_S`) are only
     waited for.
     """
+    return _ordered(js, stream, filter_subject, start_seq, headers_only, stored=False, last=None)
+
+
+def replay(
+    js: JetStreamContext,
+    stream: str,
+    filter_subject: str,
+    *,
+    start_seq: int = 1,
+    last: int | None = None,
+    headers_only: bool = False,
+) -> AsyncGenerator[Msg, None]:
+    """Yield the messages on `filter_subject` stored in `stream` (`start_seq` <= seq, and
+    seq <= `last` if given) at the time of the call, in stream order: `tail`'s consumer,
+    ended after the messages pending at its creation, and deleted then. Raises `TailGap` as
+    `tail` does."""
+    return _ordered(js, stream, filter_subject, start_seq, headers_only, stored=True, last=last)
+
+
+async def _ordered(
+    js: JetStreamContext,
+    stream: str,
+    filter_subject: str,
+    start_seq: int,
+    headers_only: bool,
+    *,
+    stored: bool,
+    last: int | None,
+) -> AsyncGenerator[Msg, None]:
+    """The ordered push consumer of `tail` (`stored`: of `replay`)."""
     nc = js._nc  # the connection behind `js` (nats-py keeps no public handle on it)
     # Messages come through a callback into a queue of our own, and silence is checked by
     # one timer per `_TAIL_SILENCE_S`, not per message: nats-py's `next_msg(timeout=)` makes
@@ -124,25 +161,20 @@ async def tail(
     watchdog = loop.call_later(_TAIL_SILENCE_S, check_silence)
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=deliver)
+    name: str | None = None
     try:
-        await js.add_consumer(
-            stream,
-            api.ConsumerConfig(
-                filter_subject=filter_subject,
-                deliver_subject=inbox,
-                ack_policy=api.AckPolicy.NONE,
-                max_deliver=1,
-                flow_control=True,
-                idle_heartbeat=_TAIL_HEARTBEAT_S,
-                inactive_threshold=_REPLAY_INACTIVE_S,
-                mem_storage=True,
-                num_replicas=1,
-                headers_only=headers_only,
-                **_from(start_seq),  # type: ignore[arg-type]
-            ),
+        config = _consumer_config(filter_subject, inbox, start_seq, headers_only)
+        created = await jsapi.request(
+            nc,
+            f"CONSUMER.CREATE.{stream}",
+            {"stream_name": stream, "config": config},
+            timeout_s=_REQUEST_TIMEOUT_S,
         )
+        name = str(created["name"])
+        # Replaying: the messages pending at the consumer's creation are those stored then.
+        remaining = int(created.get("num_pending", 0)) if stored else -1
         delivered = 0
-        while True:
+        while remaining:
             msg = await received.get()
             if msg is None:
                 raise TailGap(f"{stream}: no message nor heartbeat for {_TAIL_SILENCE_S} s")
@@ -158,8 +190,232 @@ async def tail(
             if meta.sequence.consumer != delivered + 1:
                 raise TailGap(f"{stream}: delivery {meta.sequence.consumer} after {delivered}")
             delivered = meta.sequence.consumer
+            if last is not None and meta.sequence.stream > last:
+                return
+            remaining -= 1
             yield msg
     finally:
         watchdog.cancel()
         with contextlib.suppress(NatsError, asyncio.TimeoutError):
             await sub.unsubscribe()
+            if stored and name is not None:
+                # Best effort: the consumer also expires on its own after _REPLAY_INACTIVE_S.
+                await jsapi.request(
+                    nc, f"CONSUMER.DELETE.{stream}.{name}", timeout_s=_REQUEST_TIMEOUT_S
+                )
+
+
+async def read_range(
+    nc: Client,
+    stream: str,
+    filter_subject: str,
+    first: int,
+    last: int,
+    *,
+    direct: bool,
+    timeout_s: float,
+) -> AsyncGenerator[list[Stored], None]:
+    """Yield the messages on `filter_subject` with `first` <= seq <= `last`, in stream order,
+    in lists of up to `CHUNK`: with batched direct gets when `direct` (the stream allows
+    them; `last` no later than its last sequence), else with `replay`. `timeout_s` bounds
+    each direct get. Raises `RangeReadError` when the range cannot be read whole, and what
+    `replay` raises."""
+    if last < first:
+        return
+    if direct:
+        reader = _direct_chunks(nc, stream, filter_subject, first, last, timeout_s)
+    else:
+        reader = _replayed_chunks(nc.jetstream(), stream, filter_subject, first, last)
+    async with contextlib.aclosing(reader):
+        async for chunk in reader:
+            yield chunk
+
+
+class RangeReadError(NatsError):
+    """A range could not be read whole; the message names the stream and the sequence."""
+
+
+async def _replayed_chunks(
+    js: JetStreamContext, stream: str, filter_subject: str, first: int, last: int
+) -> AsyncGenerator[list[Stored], None]:
+    chunk: list[Stored] = []
+    messages = replay(js, stream, filter_subject, start_seq=first, last=last)
+    async with contextlib.aclosing(messages):
+        async for msg in messages:
+            meta = msg.metadata
+            stored = (meta.timestamp - EPOCH) // MICROSECOND
+            chunk.append((meta.sequence.stream, msg.subject, msg.data, msg.headers, stored))
+            if len(chunk) >= CHUNK:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def rfc3339_micros(text: str) -> int | None:
+    """Unix microseconds of an RFC 3339 time with a zone (nanoseconds are truncated)."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    return (parsed - EPOCH) // MICROSECOND
+
+
+def subject_matches(filter_subject: str, subject: str) -> bool:
+    """Whether `subject` matches `filter_subject` (NATS wildcards `*` and `>`)."""
+    tokens = subject.split(".")
+    for i, token in enumerate(filter_subject.split(".")):
+        if token == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or token not in ("*", tokens[i]):
+            return False
+    return len(tokens) == len(filter_subject.split("."))
+
+
+async def _first_match(
+    nc: Client, stream: str, filter_subject: str, from_seq: int, timeout_s: float
+) -> int | None:
+    """The first sequence at or after `from_seq` on `filter_subject`, as the stream leader
+    holds it (None: none). Raises `ServiceUnavailableError` while the server has no meta
+    leader."""
+    msg = await jsapi.msg_get(
+        nc, stream, from_seq, next_by_subj=filter_subject, timeout_s=timeout_s
+    )
+    return None if msg is None else int(msg["seq"])
+
+
+async def _direct_chunks(
+    nc: Client, stream: str, filter_subject: str, first: int, last: int, timeout_s: float
+) -> AsyncGenerator[list[Stored], None]:
+    collector = _DirectCollector(stream, filter_subject, first, last, timeout_s)
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(
+        inbox,
+        cb=collector.on_msg,
+        pending_msgs_limit=_PENDING_MSGS_LIMIT,
+        pending_bytes_limit=_PENDING_BYTES_LIMIT,
+    )
+    stale_answers = 0
+    try:
+        while not collector.done:
+            request = jsapi.direct_get_batch(
+                nc,
+                stream,
+                collector.next_seq,
+                # Messages never outnumber sequences: nothing is asked for past `last`.
+                min(_DIRECT_BATCH, last - collector.next_seq + 1),
+                next_by_subj=">" if collector.every_subject else filter_subject,
+                reply=inbox,
+            )
+            await collector.round_trip(request)
+            if collector.exhausted:
+                collector.exhausted = False
+                # Any replica may answer a direct get, and a lagging one says "no message"
+                # too early: the stream leader decides whether a message is left in range.
+                left: int | None = collector.next_seq
+                if not collector.every_subject:
+                    try:
+                        left = await _first_match(
+                            nc, stream, filter_subject, collector.next_seq, timeout_s
+                        )
+                    except ServiceUnavailableError:
+                        # No meta leader: the stream leader refuses STREAM.MSG.GET, but direct
+                        # gets still work. Read the rest of the range over every subject,
+                        # keeping only the matching messages: one answer reaching `last`
+                        # comes from a replica that holds the whole range, so its matching
+                        # messages are all there are.
+                        log.info(
+                            "range_end_read_without_leader",
+                            stream=stream,
+                            start=collector.next_seq,
+                            last=last,
+                        )
+                        collector.every_subject = True
+                        continue
+                # Reading every subject, "no message" before `last` means the replica lags.
+                if left is None or left > last:
+                    collector.done = True
+                else:
+                    stale_answers += 1
+                    if stale_answers > _STALE_RETRIES:
+                        unasked = "; no meta leader to ask" if collector.every_subject else ""
+                        raise RangeReadError(
+                            f"stream {stream!r}: direct gets keep missing sequence {left} "
+                            f"(a lagging replica?{unasked})"
+                        )
+                    await asyncio.sleep(0.05 * stale_answers)
+            if collector.done or len(collector.buffer) >= CHUNK:
+                chunk, collector.buffer = collector.buffer, []
+                if chunk:
+                    yield chunk
+    finally:
+        with contextlib.suppress(NatsError):
+            await sub.unsubscribe()
+
+
+class _DirectCollector:
+    """Gathers the answers of batched direct gets (one batch in flight at a time)."""
+
+    def __init__(
+        self, stream: str, filter_subject: str, first: int, last: int, timeout_s: float
+    ) -> None:
+        self._stream = stream
+        self._filter = filter_subject
+        self._last = last
+        self._timeout_s = timeout_s
+        self.next_seq = first
+        self.buffer: list[Stored] = []
+        self.done = False
+        # The answering replica holds no message asked for at or after next_seq.
+        self.exhausted = False
+        # Asking for every subject (the others left out), not only the filter's.
+        self.every_subject = False
+        self._error: str | None = None
+        self._answered = asyncio.Event()
+
+    async def on_msg(self, msg: Msg) -> None:
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status is not None:
+            if status == "404":
+                self.exhausted = True
+            elif status != "204":  # 204: end of this batch
+                self._error = f"{status} {headers.get('Description', '')}".strip()
+            self._answered.set()
+            return
+        if self.done:
+            return
+        seq = int(headers["Nats-Sequence"])
+        if seq > self._last:
+            self.done = True
+            return
+        subject = headers["Nats-Subject"]
+        if not self.every_subject or subject_matches(self._filter, subject):
+            stored = rfc3339_micros(headers["Nats-Time-Stamp"])
+            self.buffer.append((seq, subject, msg.data, headers, stored or 0))
+        self.next_seq = seq + 1
+        if seq == self._last:
+            self.done = True
+
+    async def round_trip(self, request: Awaitable[None]) -> None:
+        """Sends one batch request and waits until its last answer came."""
+        self._answered.clear()
+        before = self.next_seq
+        await request
+        try:
+            await asyncio.wait_for(self._answered.wait(), self._timeout_s)
+        except TimeoutError:
+            raise RangeReadError(
+                f"stream {self._stream!r}: no answer to a direct get from sequence {before} "
+                f"within {self._timeout_s:g}s"
+            ) from None
+        if self._error is not None:
+            raise RangeReadError(
+                f"stream {self._stream!r}: direct get from sequence {before} failed: {self._error}"
+            )
+        if not self.done and not self.exhausted and self.next_seq == before:
+            raise RangeReadError(
+                f"stream {self._stream!r}: direct get from sequence {before} returned nothing"
+            )

@@ -1,4 +1,6 @@
-"""Reads sequence ranges of a read stream with nats-py, synchronously (for Spark's workers).
+"""Reads sequence ranges of a read stream, synchronously (for Spark's workers), through the
+sidecar's NATS adapter: its connection builder, its JetStream request path (`jsapi`) and its
+one range reader (`stream_reader.read_range`).
 
 A range is `(start, end]`: every data message (subject `V.>`, never a marker) whose
 read-stream sequence `s` satisfies `start < s <= end`. Reading the same range always returns
@@ -9,37 +11,28 @@ retries and checkpoint restarts exact.
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError
 
 from sidecar.config.checks import ConfigError
 from sidecar.config.nats import renamed
 from sidecar.naming import NamingError, VirtualStream, region_in_stream
-from sidecar.nats import jsapi
+from sidecar.nats import jsapi, stream_reader
 from sidecar.nats.connection import NatsRefused, NatsUnreachable, connect_once, shown_servers
+from sidecar.nats.port import STREAM_NOT_FOUND
 from spark_jobs.rsub_spark.options import NATS_OPTIONS, RsubOptions
-from spark_jobs.rsub_spark.rows import EPOCH, MICROSECOND, Record, rfc3339_micros
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-CHUNK_ROWS = 8192
-_DIRECT_BATCH = 4096
-_STALE_RETRIES = 5
-# Ephemeral ordered consumers of finished reads disappear after this long.
-_CONSUMER_INACTIVE_S = 2.0
-_PENDING_MSGS_LIMIT = 1_000_000
-_PENDING_BYTES_LIMIT = 512 * 1024 * 1024
 
 
 class RsubReadError(RuntimeError):
@@ -114,10 +107,10 @@ async def connect(opts: RsubOptions) -> NATS:
         raise RsubReadError(renamed(exc, NATS_OPTIONS)) from None
 
 
-def _origins(opts: RsubOptions, sources: list[Any] | None) -> VirtualStream | None:
+def _origins(opts: RsubOptions, sources: list[str]) -> VirtualStream | None:
     """The virtual stream whose write streams feed the read stream, for origin columns."""
     pattern = opts.write_stream_pattern
-    found = (region_in_stream(pattern, opts.stream, s.name) for s in sources or [])
+    found = (region_in_stream(pattern, opts.stream, name) for name in sources)
     regions = tuple(region for region in found if region is not None)
     try:
         return VirtualStream(opts.stream, regions, write_pattern=pattern) if regions else None
@@ -128,20 +121,23 @@ def _origins(opts: RsubOptions, sources: list[Any] | None) -> VirtualStream | No
 
 async def stream_bounds(nc: NATS, opts: RsubOptions) -> StreamBounds:
     """First and last sequence of the read stream; fails naming the stream when absent."""
-    js = nc.jetstream(timeout=opts.timeout_ms / 1000)
     try:
-        info = await js.stream_info(opts.read_stream)
-    except NotFoundError:
+        info = await jsapi.request(
+            nc, f"STREAM.INFO.{opts.read_stream}", timeout_s=opts.timeout_ms / 1000
+        )
+    except APIError as err:
+        if err.err_code != STREAM_NOT_FOUND:
+            raise
         raise RsubReadError(
             f"read stream {opts.read_stream!r} (virtual stream {opts.stream!r}) not found on "
             f"{shown_servers(opts.nats.servers)}"
         ) from None
-    state = info.state
+    state, config = info["state"], info["config"]
     return StreamBounds(
-        state.first_seq,
-        state.last_seq,
-        bool(info.config.allow_direct),
-        _origins(opts, info.config.sources),
+        int(state["first_seq"]),
+        int(state["last_seq"]),
+        bool(config.get("allow_direct")),
+        _origins(opts, [str(source["name"]) for source in config.get("sources") or []]),
     )
 
 
@@ -171,23 +167,15 @@ def clip_to_bounds(opts: RsubOptions, start: int, end: int, bounds: StreamBounds
     return start
 
 
-async def _first_data_seq(nc: NATS, opts: RsubOptions, from_seq: int) -> int | None:
-    js = nc.jetstream(timeout=opts.timeout_ms / 1000)
-    try:
-        msg = await js.get_msg(opts.read_stream, seq=from_seq, subject=opts.data_filter, next=True)
-    except NotFoundError:
-        return None
-    return int(msg.seq) if msg.seq is not None else None
-
-
 async def read_chunks(
     nc: NATS, opts: RsubOptions, start: int, end: int
-) -> AsyncGenerator[tuple[list[Record], StreamBounds]]:
-    """Yields the data messages with start < seq <= end in order, in lists of ~CHUNK_ROWS.
+) -> AsyncGenerator[tuple[list[stream_reader.Stored], StreamBounds]]:
+    """Yields the data messages with start < seq <= end in order, in lists of up to
+    `stream_reader.CHUNK`, read by the one range reader (`sidecar.nats.stream_reader`).
 
     Streams that allow direct get are read with batched direct gets: no consumer, so reads
     also work in a region cut off from the super-cluster's meta leader. Other streams are
-    read with an ephemeral ordered consumer.
+    read with an ephemeral ordered push consumer.
     """
     if end <= start:
         return
@@ -196,199 +184,28 @@ async def read_chunks(
     end = min(end, bounds.last_seq)
     if start >= end:
         return
-    chunks = _direct_chunks if bounds.allow_direct else _consumer_chunks
-    async for chunk in chunks(nc, opts, start + 1, end):
-        yield chunk, bounds
-
-
-async def _direct_chunks(
-    nc: NATS, opts: RsubOptions, first: int, end: int
-) -> AsyncGenerator[list[Record]]:
-    collector = _DirectCollector(opts, first, end)
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(
-        inbox,
-        cb=collector.on_msg,
-        pending_msgs_limit=_PENDING_MSGS_LIMIT,
-        pending_bytes_limit=_PENDING_BYTES_LIMIT,
-    )
-    # A batched direct get answers one request with many messages on an inbox: a stream of
-    # replies, not the request/reply call of `sidecar.nats.jsapi`.
-    api = f"{jsapi.API_PREFIX}.DIRECT.GET.{opts.read_stream}"
-    stale_answers = 0
-    try:
-        while not collector.done:
-            request = {
-                "seq": collector.next_seq,
-                # Data messages never outnumber sequences: nothing is asked for past `end`.
-                "batch": min(_DIRECT_BATCH, end - collector.next_seq + 1),
-                "next_by_subj": opts.data_filter,
-            }
-            await collector.round_trip(nc.publish(api, json.dumps(request).encode(), reply=inbox))
-            if collector.exhausted:
-                # Any replica may answer a direct get, and a lagging one says "no message"
-                # too early: the stream leader decides whether data is left in the range.
-                left = await _first_data_seq(nc, opts, collector.next_seq)
-                if left is None or left > end:
-                    collector.done = True
-                else:
-                    stale_answers += 1
-                    if stale_answers > _STALE_RETRIES:
-                        raise RsubReadError(
-                            f"read stream {opts.read_stream!r}: direct gets keep missing "
-                            f"sequence {left} (a lagging replica?)"
-                        )
-                    collector.exhausted = False
-                    await asyncio.sleep(0.05 * stale_answers)
-            if collector.done or len(collector.buffer) >= CHUNK_ROWS:
-                chunk, collector.buffer = collector.buffer, []
-                if chunk:
-                    yield chunk
-    finally:
-        await sub.unsubscribe()
-
-
-class _DirectCollector:
-    """Gathers the answers of batched direct gets (one batch in flight at a time)."""
-
-    def __init__(self, opts: RsubOptions, first: int, end: int) -> None:
-        self._opts = opts
-        self._end = end
-        self.next_seq = first
-        self.buffer: list[Record] = []
-        self.done = False
-        # The answering replica holds no data message at or after next_seq.
-        self.exhausted = False
-        self._error: str | None = None
-        self._answered = asyncio.Event()
-
-    async def on_msg(self, msg: Msg) -> None:
-        headers = msg.headers or {}
-        status = headers.get("Status")
-        if status is not None:
-            if status == "404":
-                self.exhausted = True
-            elif status != "204":  # 204: end of this batch
-                self._error = f"{status} {headers.get('Description', '')}".strip()
-            self._answered.set()
-            return
-        if self.done:
-            return
-        seq = int(headers["Nats-Sequence"])
-        if seq > self._end:
-            self.done = True
-            return
-        stored = rfc3339_micros(headers["Nats-Time-Stamp"])
-        self.buffer.append((seq, headers["Nats-Subject"], msg.data, headers, stored or 0))
-        self.next_seq = seq + 1
-        if seq == self._end:
-            self.done = True
-
-    async def round_trip(self, request: Awaitable[None]) -> None:
-        """Sends one batch request and waits until its last answer came."""
-        self._answered.clear()
-        before = self.next_seq
-        await request
-        timeout = self._opts.timeout_ms / 1000
-        try:
-            await asyncio.wait_for(self._answered.wait(), timeout)
-        except TimeoutError:
-            raise RsubReadError(
-                f"read stream {self._opts.read_stream!r}: no answer to a direct get from "
-                f"sequence {before} within {timeout:g}s"
-            ) from None
-        if self._error is not None:
-            raise RsubReadError(
-                f"read stream {self._opts.read_stream!r}: direct get from sequence {before} "
-                f"failed: {self._error}"
-            )
-        if not self.done and not self.exhausted and self.next_seq == before:
-            raise RsubReadError(
-                f"read stream {self._opts.read_stream!r}: direct get from sequence {before} "
-                "returned nothing"
-            )
-
-
-async def _consumer_chunks(
-    nc: NATS, opts: RsubOptions, first: int, end: int
-) -> AsyncGenerator[list[Record]]:
-    start_at = await _first_data_seq(nc, opts, first)
-    if start_at is None or start_at > end:
-        return
-    collector = _ConsumerCollector(opts, start_at, end)
-    js = nc.jetstream(timeout=opts.timeout_ms / 1000)
-    sub = await js.subscribe(
+    chunks = stream_reader.read_range(
+        nc,
+        opts.read_stream,
         opts.data_filter,
-        stream=opts.read_stream,
-        cb=collector.on_msg,
-        ordered_consumer=True,
-        inactive_threshold=_CONSUMER_INACTIVE_S,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_at
-        ),
-        pending_msgs_limit=_PENDING_MSGS_LIMIT,
-        pending_bytes_limit=_PENDING_BYTES_LIMIT,
+        start + 1,
+        end,
+        direct=bounds.allow_direct,
+        timeout_s=opts.timeout_ms / 1000,
     )
     try:
-        while True:
-            chunk, done = await collector.next_chunk()
-            if chunk:
-                yield chunk
-            if done:
-                return
-    finally:
-        await sub.unsubscribe()
-
-
-class _ConsumerCollector:
-    """Gathers the messages of one range from an ordered consumer (no await per message)."""
-
-    def __init__(self, opts: RsubOptions, first: int, end: int) -> None:
-        self._opts = opts
-        self._end = end
-        self._last = first - 1
-        self._buffer: list[Record] = []
-        self._received = 0
-        self._done = False
-        self._ready = asyncio.Event()
-
-    async def on_msg(self, msg: Msg) -> None:
-        if self._done:
-            return
-        meta = msg.metadata
-        seq = meta.sequence.stream
-        self._received += 1
-        if seq <= self._end:
-            stored = (meta.timestamp - EPOCH) // MICROSECOND
-            self._buffer.append((seq, msg.subject, msg.data, msg.headers, stored))
-            self._last = seq
-        # num_pending == 0: no data message follows, so none is left at or below `end`.
-        if seq >= self._end or meta.num_pending == 0:
-            self._done = True
-        if self._done or len(self._buffer) >= CHUNK_ROWS:
-            self._ready.set()
-
-    async def next_chunk(self) -> tuple[list[Record], bool]:
-        """The messages gathered so far (waiting for a full chunk), and whether all came."""
-        timeout = self._opts.timeout_ms / 1000
-        while not self._done and len(self._buffer) < CHUNK_ROWS:
-            seen = self._received
-            self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), timeout)
-            except TimeoutError:
-                if self._received == seen:
-                    raise RsubReadError(
-                        f"read stream {self._opts.read_stream!r}: no message after sequence "
-                        f"{self._last} within {timeout:g}s while reading up to {self._end}"
-                    ) from None
-        chunk, self._buffer = self._buffer, []
-        return chunk, self._done
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk, bounds
+    except stream_reader.RangeReadError as err:
+        raise RsubReadError(f"read {err}") from None  # "read stream 'name': what failed"
+    except stream_reader.TailGap as err:
+        raise RsubReadError(f"read stream {opts.read_stream!r}: {err}") from None
 
 
 def iterate_range(
     opts: RsubOptions, start: int, end: int
-) -> Iterator[tuple[list[Record], StreamBounds]]:
+) -> Iterator[tuple[list[stream_reader.Stored], StreamBounds]]:
     """Synchronous `read_chunks` on a private event loop in the calling thread.
 
     The loop runs only while a chunk is being read; in between, the server's flow control

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -19,12 +18,12 @@ from pyspark.sql.types import (
 
 from sidecar.exact import covered
 from sidecar.naming import SOURCE_HEADER, VirtualStream
+from sidecar.nats.stream_reader import Stored, rfc3339_micros
 
 # Publishers may set this header to the original publish time, as unix milliseconds or
 # RFC 3339; without it (or when it does not parse) `timestamp` is the time the message was
 # stored in this region's read stream.
 PUBLISHED_AT_HEADER = "Rsub-Published-At"
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Headers a direct get adds to the stored message; not part of the message itself.
 _DIRECT_GET_HEADERS = frozenset(
     {
@@ -36,9 +35,6 @@ _DIRECT_GET_HEADERS = frozenset(
         "Nats-Last-Sequence",
     }
 )
-# A stored data message: (sequence, subject, data, headers, stored time in unix microseconds).
-Record = tuple[int, str, bytes, dict[str, str] | None, int]
-MICROSECOND = timedelta(microseconds=1)
 
 
 def spark_schema(include_headers: bool) -> StructType:
@@ -62,17 +58,6 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def rfc3339_micros(text: str) -> int | None:
-    """Unix microseconds of an RFC 3339 time with a zone (nanoseconds are truncated)."""
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        return None
-    return (parsed - EPOCH) // MICROSECOND
-
-
 def published_at_micros(value: str) -> int | None:
     """Unix microseconds of a `Rsub-Published-At` value, or None when it does not parse."""
     text = value.strip()
@@ -82,7 +67,7 @@ def published_at_micros(value: str) -> int | None:
 
 
 def to_record_batch(
-    records: Sequence[Record],
+    records: Sequence[Stored],
     origins: VirtualStream | None,
     schema: pa.Schema,
     progress: Mapping[str, int],

@@ -64,11 +64,11 @@ async def test_replay_reads_each_data_message_origin_and_no_marker(
 async def test_the_server_sends_headers_only(js: JetStreamContext, vs: VirtualStream) -> None:
     await fill(js, vs)
     read = vs.read_stream("west")
-    replay = stream_reader.replay(js, read, vs.data_filter(), batch=4, headers_only=True)
+    replay = stream_reader.replay(js, read, vs.data_filter(), headers_only=True)
     replayed = [m async for m in replay]
     assert len(replayed) == 7 and all(m.data == b"" for m in replayed)
     assert {(m.headers or {}).get("Nats-Msg-Size") for m in replayed} == {str(len(PAYLOAD))}
-    full = [m async for m in stream_reader.replay(js, read, vs.data_filter(), batch=4)]
+    full = [m async for m in stream_reader.replay(js, read, vs.data_filter())]
     assert {m.data for m in full} == {PAYLOAD}
 
     tailed = stream_reader.tail(js, read, vs.data_filter(), 1, headers_only=True)

@@ -1,4 +1,5 @@
-"""`stream_reader.tail` (the hand-written ordered push consumer) against a real server."""
+"""`stream_reader.tail` (the hand-written ordered push consumer) and `read_range` against a
+real server."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 from collections.abc import AsyncGenerator
 
 import pytest
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -75,3 +77,45 @@ async def test_a_tail_whose_consumer_is_gone_ends_with_a_gap(
             await js.delete_consumer(stream, name.name)
         with pytest.raises(stream_reader.TailGap):
             await asyncio.wait_for(take(tail, 1), 10)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-gets", "consumer"])
+async def test_a_range_is_read_whole_on_the_filter_and_within_its_bounds(
+    nc: Client, js: JetStreamContext, direct: bool
+) -> None:
+    name = f"R{uuid.uuid4().hex[:8]}"
+    await js.add_stream(name=name, subjects=[f"{name}.>"], allow_direct=direct)
+    for i in range(30):
+        await js.publish(f"{name}.{'other' if i % 3 == 0 else 'data.x'}", b"%d" % i)
+    expected = [i + 1 for i in range(30) if i % 3 and 5 <= i + 1 <= 25]
+    chunks = stream_reader.read_range(nc, name, f"{name}.data.>", 5, 25, direct=direct, timeout_s=5)
+    got = [message async for chunk in chunks for message in chunk]
+    assert [seq for seq, *_ in got] == expected
+    assert all(subject == f"{name}.data.x" and stored > 0 for _, subject, _, _, stored in got)
+    empty = stream_reader.read_range(nc, name, f"{name}.none", 1, 30, direct=direct, timeout_s=5)
+    assert [chunk async for chunk in empty] == []
+    # The consumer of a read is gone with it.
+    assert (await js.stream_info(name)).state.consumer_count == 0
+
+
+def test_subjects_match_filters_as_the_server_does() -> None:
+    matches = stream_reader.subject_matches
+    assert matches("orders.>", "orders.west.k1") and matches("orders.*.k1", "orders.west.k1")
+    assert not matches("orders.>", "orders") and not matches("orders.*", "orders.west.k1")
+    assert not matches("orders.>", "_rsub.orders.marker.west") and matches("a.b", "a.b")
+
+
+async def test_reading_every_subject_keeps_only_the_filters_messages(nc: Client) -> None:
+    """Without a meta leader the direct gets ask for every subject: the collector alone, fed
+    answers made here."""
+    collector = stream_reader._DirectCollector("S", "orders.>", 1, 3, timeout_s=1)
+    collector.every_subject = True
+    for seq, subject in enumerate(["orders.west.k", "_rsub.orders.marker.west", "orders.x"], 1):
+        stamp = "2026-11-27T12:00:00Z"
+        headers = {"Nats-Sequence": str(seq), "Nats-Subject": subject, "Nats-Time-Stamp": stamp}
+        await collector.on_msg(Msg(nc, "inbox", data=b"%d" % seq, headers=headers))
+    assert [(seq, subject) for seq, subject, *_ in collector.buffer] == [
+        (1, "orders.west.k"),
+        (3, "orders.x"),
+    ]
+    assert collector.done and collector.next_seq == 4
