@@ -402,6 +402,11 @@ async def test_parallel_workers_and_one_message_never_acked(world2: World) -> No
     progress = await progress_of(address, vs.name, WORKERS_DURABLE)
     assert not covered(origin(vs, poisoned.headers), progress)
 
+    async def east_moved() -> bool:  # over what the vector covers, at its next read
+        return await ack_floor(east, vs, "east", WORKERS_DURABLE) > 0
+
+    await wait_until(east_moved, "the vector to move the durable in east", DEADLINE_S)
+
     # West is lost. East's durable stands where the vector moved it: below the poisoned one.
     read = vs.read_stream("east")
     floor = (await east.consumer_info(read, WORKERS_DURABLE)).ack_floor.stream_seq
