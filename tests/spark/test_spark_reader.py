@@ -17,7 +17,7 @@ from nats.js.api import StreamConfig, StreamSource
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from rsub_dev.ports import free_ports
-from sidecar._gen.rsub.v1 import api_pb2, markers_pb2
+from sidecar._gen.rsub.v1 import api_pb2
 from sidecar.naming import VirtualStream
 from spark_jobs.rsub_spark.nats_read import (
     NatsSession,
@@ -347,6 +347,19 @@ def test_a_start_from_a_durable_consumer_is_refused_before_any_read(
     assert f"`rsub create-cursor {name} NAME --sidecar {sidecar.address}`" in str(refused.value)
 
 
+def cursor_state(
+    stream: str, position: int, progress: dict[str, int]
+) -> api_pb2.GetSubscriptionResponse:
+    """What the sidecar answers for the cursor `billing` at `position` with `progress`."""
+    return api_pb2.GetSubscriptionResponse(
+        stream=stream,
+        subscription="billing",
+        kind="external",
+        mark_delete=position,
+        progress=progress,
+    )
+
+
 def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_offsets(
     orders_layout: Layout,
 ) -> None:
@@ -358,13 +371,7 @@ def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_of
     for region in ("west", "east"):
         above = [r["origin_sequence"] for r in every if r["origin_region"] == region]
         progress[region] = above[len(above) // 2]
-    state = api_pb2.GetSubscriptionResponse(
-        stream=name,
-        subscription="billing",
-        kind="external",
-        mark_delete=position,
-        progress=progress,
-    )
+    state = cursor_state(name, position, progress)
     sidecar = StateServer([state])
     options = orders_layout.options(subscription="billing", sidecar=sidecar.address)
     reader = stream_reader(orders_layout, **options)
@@ -410,14 +417,9 @@ def test_subscription_start_also_leaves_out_rows_acked_above_other_regions_floor
         progress[region] = above[len(above) // 4]
         # Every third message after the vector's, each a range of its own.
         acked[region] = [seq for seq in above[len(above) // 4 + 1 :: 3] for _ in range(2)]
-    state = api_pb2.GetSubscriptionResponse(
-        stream=name,
-        subscription="billing",
-        kind="external",
-        mark_delete=position,
-        progress=progress,
-        acked={r: markers_pb2.OriginRanges(bounds=b) for r, b in acked.items()},
-    )
+    state = cursor_state(name, position, progress)
+    for region, bounds in acked.items():
+        state.acked[region].bounds.extend(bounds)
     sidecar = StateServer([state])
     options = orders_layout.options(subscription="billing", sidecar=sidecar.address)
     reader = stream_reader(orders_layout, **options)
