@@ -172,7 +172,7 @@ async def settled_vector(east: SidecarProcess, vs: VirtualStream, durable: str) 
 
     async def quiet() -> bool:
         nonlocal last, since
-        vector = await progress_of(f"127.0.0.1:{east.grpc_port}", vs.name, durable)
+        vector = dict(await progress_of(f"127.0.0.1:{east.grpc_port}", vs.name, durable))
         if vector != last:
             last, since = vector, time.monotonic()
         return time.monotonic() - since >= SETTLED_S
@@ -189,7 +189,7 @@ async def known_in_east(
 
     async def known() -> bool:
         try:
-            vector = await progress_of(f"127.0.0.1:{east.grpc_port}", vs.name, durable)
+            vector = dict(await progress_of(f"127.0.0.1:{east.grpc_port}", vs.name, durable))
         except grpc.RpcError:
             return False  # NOT_FOUND until the first update from west
         with contextlib.suppress(nats.js.errors.NotFoundError):

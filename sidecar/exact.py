@@ -16,6 +16,12 @@ Read the vector ONCE, when the consumer starts in `b` after the failover, and ke
   the vector `b` holds then is the last word from that region. What `b` consumes afterwards
   is no vector's business: the durable's own acks keep it from being delivered again.
 
+Messages acked above a floor: the vector stops at each region's floor, and a consumer with
+parallel workers acks out of order, so one slow message holds the floor while the messages
+after it are acked. Those travel too, as ranges of origin sequences per origin
+(`GetSubscriptionResponse.acked`, docs/protocol.md §6): `progress_of` returns them with the
+vector (`Progress.acked`), and a message in one is covered as well.
+
 Limits: a consumer deliberately reset backwards to replay messages would still skip the
 covered ones (start without the vector to replay); messages without a known origin (no
 `Nats-Stream-Source`, or one naming a stream that is not a write stream of the virtual
@@ -26,7 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -34,17 +41,56 @@ from nats.js.client import JetStreamContext
 
 from sidecar.api.client import SidecarClient
 from sidecar.naming import SOURCE_HEADER, VirtualStream
+from sidecar.protocol import Ranges
+from sidecar.protocol.markers import MAX_POSITION
+from sidecar.runtime.views import SubscriptionView
 
 # nats-py rejects fetches shorter than about this (its server-side expiry would go negative).
 _MIN_FETCH_S = 0.01
 
 
+class Progress(Mapping[str, int]):
+    """A subscription's progress vector (origin region -> highest origin sequence consumed),
+    with `acked`: per origin, the ranges of origin sequences acked above a floor elsewhere
+    (inclusive pairs, ascending). A `Mapping` of the vector, as before the ranges came."""
+
+    def __init__(self, vector: Mapping[str, int], acked: Mapping[str, Ranges]) -> None:
+        self._vector = dict(vector)
+        self.acked = dict(acked)
+
+    def __getitem__(self, origin: str) -> int:
+        return self._vector[origin]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._vector)
+
+    def __len__(self) -> int:
+        return len(self._vector)
+
+    def __repr__(self) -> str:
+        return f"Progress({self._vector!r}, acked={self.acked!r})"
+
+
 def covered(origin: tuple[str, int] | None, progress: Mapping[str, int]) -> bool:
-    """Whether the message at `origin` (region, origin sequence) was consumed somewhere.
+    """Whether the message at `origin` (region, origin sequence) was consumed somewhere: at
+    or below the vector, or in a range a `Progress` carries.
 
     `origin` is None for a message of unknown origin, which is never covered.
     """
-    return origin is not None and origin[1] <= progress.get(origin[0], 0)
+    if origin is None:
+        return False
+    region, seq = origin
+    if seq <= progress.get(region, 0):
+        return True
+    ranges = progress.acked.get(region) if isinstance(progress, Progress) else None
+    if not ranges:
+        return False
+    i = bisect_right(ranges, (seq, MAX_POSITION)) - 1
+    return i >= 0 and seq <= ranges[i][1]
+
+
+def _progress(view: SubscriptionView) -> Progress:
+    return Progress(view.progress, view.acked)
 
 
 async def progress_of(
@@ -54,19 +100,18 @@ async def progress_of(
     *,
     token: str | None = None,
     timeout_s: float = 10.0,
-) -> dict[str, int]:
-    """The progress vector of `subscription` on virtual stream `stream`, from a sidecar.
+) -> Progress:
+    """The progress vector of `subscription` on virtual stream `stream`, from a sidecar,
+    with the ranges acked above the floors elsewhere (`Progress`).
 
     `sidecar` is an address (`host:port`, plain gRPC; `token` and `timeout_s` apply) or a
     `sidecar.api.client.SidecarClient` (for TLS). Errors are `SidecarError`s, with the call's
     status as `code` (NOT_FOUND for an unknown subscription).
     """
     if isinstance(sidecar, SidecarClient):
-        view = await asyncio.to_thread(sidecar.subscription, stream, subscription)
-        return dict(view.progress)
+        return _progress(await asyncio.to_thread(sidecar.subscription, stream, subscription))
     with SidecarClient(sidecar, token=token, timeout_s=timeout_s) as client:
-        view = await asyncio.to_thread(client.subscription, stream, subscription)
-    return dict(view.progress)
+        return _progress(await asyncio.to_thread(client.subscription, stream, subscription))
 
 
 class ExactConsumer:
@@ -83,7 +128,7 @@ class ExactConsumer:
         vs: VirtualStream,
     ) -> None:
         self._sub = sub
-        self._progress = dict(progress)
+        self._progress = progress if isinstance(progress, Progress) else dict(progress)
         self._vs = vs
         self.skipped = 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from sidecar._gen.rsub.v1 import api_pb2
+from sidecar._gen.rsub.v1 import api_pb2, markers_pb2
 from sidecar.protocol import SubscriptionKind
 from sidecar.runtime.views import (
     AppliedUpdateView,
@@ -72,6 +72,10 @@ def subscription_to_proto(
         progress_sent_position=view.progress_sent_position,
         receives_markers=view.receives_markers,
         consumed_in=list(view.consumed_in),
+        acked={
+            origin: markers_pb2.OriginRanges(bounds=[seq for pair in ranges for seq in pair])
+            for origin, ranges in view.acked.items()
+        },
     )
 
 
@@ -102,6 +106,11 @@ def subscription_from_proto(msg: _SubscriptionMessage) -> SubscriptionView:
         progress_sent_position=msg.progress_sent_position,
         receives_markers=msg.receives_markers,
         consumed_in=tuple(msg.consumed_in),
+        acked={
+            origin: tuple(zip(bounds[::2], bounds[1::2], strict=True))
+            for origin in sorted(msg.acked)
+            if (bounds := list(msg.acked[origin].bounds))
+        },
     )
 
 

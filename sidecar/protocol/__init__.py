@@ -83,11 +83,13 @@ that becomes leader carries out updates its predecessor may have missed (forward
 """
 
 from sidecar.protocol.cache import SnapshotCache
-from sidecar.protocol.inputs import MachineConfig, PositionsListing, SubscriptionInfo
+from sidecar.protocol.inputs import Acks, MachineConfig, PositionsListing, SubscriptionInfo
 from sidecar.protocol.machine import StreamMachine
 from sidecar.protocol.markers import (
     DEFAULT_MAX_MARKER_BYTES,
+    MAX_ACKED_RANGES,
     Marker,
+    Ranges,
     Rejected,
     RejectReason,
     Request,
@@ -142,6 +144,8 @@ from sidecar.protocol.views import (
 
 __all__ = [
     "DEFAULT_MAX_MARKER_BYTES",
+    "MAX_ACKED_RANGES",
+    "Acks",
     "Action",
     "AppliedUpdate",
     "CreateConsumer",
@@ -166,6 +170,7 @@ __all__ = [
     "PositionsListing",
     "PublishLocal",
     "PublishReplicated",
+    "Ranges",
     "ReadPositions",
     "ReadReason",
     "RejectReason",

@@ -101,7 +101,17 @@ class PositionsListing:
     stream removed its messages (limits, purges), and a durable's floor follows by itself."""
     read_ms: int = 0
     """When the read ended, on the machine's clock (0: not known)."""
-    acked: Mapping[str, int] = field(default_factory=dict)
-    """Per consumer acked by its applications in this region since the previous read, when
-    it last was (the machine's clock; the acks' signals: best effort), for the consumption
-    signs (§8)."""
+    acked: Mapping[str, Acks] = field(default_factory=dict)
+    """Per consumer acked by its applications in this region since the previous read, its
+    acks (the acks' signals: best effort): the consumption signs (§8), and the messages
+    acked above its floor (§6)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Acks:
+    """The acks of one consumer's applications heard since the previous read."""
+
+    heard_ms: int
+    """When the last was heard (the machine's clock)."""
+    seqs: tuple[int, ...]
+    """The read-stream sequences they settled, as heard."""

@@ -6,13 +6,15 @@ See the package docstring (`sidecar.protocol`) for the API contract.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sidecar.protocol.cache import SnapshotCache
-from sidecar.protocol.inputs import MachineConfig, PositionsListing, SubscriptionInfo
+from sidecar.protocol.inputs import Acks, MachineConfig, PositionsListing, SubscriptionInfo
 from sidecar.protocol.markers import (
+    MAX_ACKED_RANGES,
     Marker,
+    Ranges,
     Rejected,
     Request,
     Response,
@@ -61,6 +63,9 @@ from sidecar.protocol.views import (
 
 # Reads a follower asks for too: it answers the API from them.
 _EVERY_REPLICA = (ReadReason.SWEEP, ReadReason.RETRY)
+# Read sequences acked above a durable's floor that a leader keeps (ten times the ranges an
+# update carries: acks in order fold into few ranges).
+_MAX_ACKED_SEQS = 10 * MAX_ACKED_RANGES
 
 # ---- internal state -----------------------------------------------------------------------
 
@@ -114,6 +119,10 @@ class _Sub:
     consumed_ms: dict[str, int] = field(default_factory=dict)
     consumed_unsent: bool = False
     moved_to: int = 0  # the furthest a move or creation this machine asked for may leave it
+    # Read sequences its applications acked here above `mark_delete` (as leader), and the
+    # acked ranges each other region sent last (§6).
+    acked_above: set[int] = field(default_factory=set)
+    acked_from: dict[str, Mapping[str, Ranges]] = field(default_factory=dict)
 
 
 class StreamMachine:
@@ -293,14 +302,6 @@ class StreamMachine:
         # moves of the leader before it look like consumption from a follower's reads.
         self._first_seq = max(self._first_seq, listing.first_seq)
         away = self._away(listing.read_ms)
-        if self._leader:
-            # Acks come from applications only, never from moves. One heard long ago (before
-            # this replica led, it read nothing since) is a sign of then, if still recent.
-            for name, acked_ms in listing.acked.items():
-                sub = self._subs.get(name)
-                recent = acked_ms > self._now - self.config.active_window_ms
-                if sub is not None and sub.exists and sub.info.replicated and recent:
-                    self._signed(sub, acked_ms)
         if self._leader and not self._first_listing and not away:
             for name, position in listing.positions.items():
                 sub = self._subs.get(name)
@@ -309,6 +310,8 @@ class StreamMachine:
         out: list[Output] = []
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
+        if self._leader:  # a durable listed for the first time included
+            self._take_acks(listing.acked)
         self._follows_end = listing.follows_end
         if self._first_listing and self._leader:
             self._first_listing = False
@@ -573,6 +576,7 @@ class StreamMachine:
             dict(sub.progress),
             sub.exposure,
             self._consumed_in(sub),
+            self._acked_elsewhere(sub),
         )
 
     def subscriptions(self) -> list[MachineSubscription]:
@@ -739,13 +743,16 @@ class StreamMachine:
         if snapshot is not None and sent is not None and sent.snapshot_id is not None:
             snapshot = snapshot if snapshot.local_position > sent.local_position else None
         sent_progress = sent.progress if sent is not None else {}
+        sent_acked = sent.acked if sent is not None else {}
         # A vector read below the trim point could name messages above `mark_delete`.
         readable = self.config.progress and mark_delete >= self._index.trimmed_through
         progress = self._vector_at(mark_delete) if readable else {}
+        acked = self._acked_ranges(sub, mark_delete) if progress else {}
         # A changed vector goes out at most once per progress interval (a snapshot carries it
         # at once).
         due = now or sent is None or self._now - sub.sent_ms >= self.config.vector_interval_ms
-        if snapshot is None and not (progress and progress != sent_progress and due):
+        changed = progress != sent_progress or acked != sent_acked
+        if snapshot is None and not (progress and changed and due):
             return
         sid: SnapshotId | None = None
         local, positions = 0, {}  # type: tuple[int, Mapping[str, int]]
@@ -756,9 +763,19 @@ class StreamMachine:
         at = mark_delete
         if not progress:
             progress, at = dict(sent_progress), sent.progress_position if sent is not None else 0
+            acked = dict(sent_acked)
         consuming, sub.consumed_unsent = sub.consumed_unsent, False
         update = Update(
-            name, sub.info.kind, sid, local, positions, sub.info.config, progress, at, consuming
+            name,
+            sub.info.kind,
+            sid,
+            local,
+            positions,
+            sub.info.config,
+            progress,
+            at,
+            consuming,
+            acked,
         )
         sub.last_sent, sub.sent_ms = update, self._now
         out.append(self._publish(update))
@@ -819,6 +836,8 @@ class StreamMachine:
             ignored = MarkerIgnored(reason, origin, f"update of {name} {sid}")
             position = None
         progress = body.progress if self.config.progress else {}
+        if sub is not None and self.config.progress:
+            self._note_acked_from(sub, origin, body.acked)
         known = sub.progress if sub is not None else None
         if (
             progress
@@ -831,6 +850,8 @@ class StreamMachine:
         if sub is None:
             info = SubscriptionInfo(body.kind, True, body.config)
             sub = self._subs[name] = _Sub(info, SnapshotCache(self.config.cache_size), False)
+            if self.config.progress:
+                self._note_acked_from(sub, origin, body.acked)
         elif not sub.exists:  # to be created: with the newest configuration
             sub.info = SubscriptionInfo(body.kind, True, body.config)
         if position is not None and sid is not None:
@@ -982,6 +1003,94 @@ class StreamMachine:
             out.append(FailbackReleased(name, self._now - held.since_ms, missing))
         if not held.held:
             self._return = None
+        return out
+
+    # ---- acks above the floor (docs/protocol.md §6) -----------------------------------------
+
+    def _take_acks(self, acked: Mapping[str, Acks]) -> None:
+        """Acks come from applications only, never from moves: each consumer's a sign (one
+        heard long ago, before this replica led, is a sign of then if still recent), and
+        what they settled above its floor is noted."""
+        for name, acks in acked.items():
+            sub = self._subs.get(name)
+            if sub is None or not sub.exists or not sub.info.replicated:
+                continue
+            if acks.heard_ms > self._now - self.config.active_window_ms:
+                self._signed(sub, acks.heard_ms)
+            self._note_acked(sub, acks.seqs)
+
+    def _note_acked(self, sub: _Sub, seqs: Sequence[int]) -> None:
+        """Its applications acked `seqs` here: those above its floor are kept (the lowest
+        `_MAX_ACKED_SEQS`: one left out is only a message not covered, which is safe)."""
+        floor = sub.mark_delete or 0
+        above = sub.acked_above
+        above.update(s for s in seqs if s > floor)
+        if len(above) > _MAX_ACKED_SEQS:
+            sub.acked_above = set(sorted(above)[:_MAX_ACKED_SEQS])
+
+    def _acked_ranges(self, sub: _Sub, mark_delete: int) -> dict[str, Ranges]:
+        """Per origin, the origin sequences acked here above `mark_delete` (which its vector
+        there does not cover), as ranges of consecutive sequences, the lowest
+        `MAX_ACKED_RANGES`. What the index does not place yet waits; what it places as no data
+        of a known origin (a marker) goes."""
+        index = self._index
+        kept: set[int] = set()
+        by_origin: dict[str, list[int]] = {}
+        for seq in sorted(sub.acked_above):
+            if seq <= mark_delete:
+                continue
+            if seq > index.indexed_through:
+                kept.add(seq)
+                continue
+            found = index.origin_of(seq)
+            if found is not None:
+                kept.add(seq)
+                by_origin.setdefault(found[0], []).append(found[1])
+        sub.acked_above = kept
+        ranges: dict[str, Ranges] = {}
+        left = MAX_ACKED_RANGES
+        for origin in sorted(by_origin):
+            pairs: list[tuple[int, int]] = []
+            for origin_seq in by_origin[origin]:
+                if pairs and origin_seq == pairs[-1][1] + 1:
+                    pairs[-1] = (pairs[-1][0], origin_seq)
+                elif len(pairs) < left:
+                    pairs.append((origin_seq, origin_seq))
+                else:
+                    break
+            left -= len(pairs)
+            if pairs:
+                ranges[origin] = tuple(pairs)
+        return ranges
+
+    def _note_acked_from(self, sub: _Sub, writer: str, acked: Mapping[str, Ranges]) -> None:
+        """The ranges `writer` sent last replace those it sent before."""
+        if acked:
+            sub.acked_from[writer] = acked
+        else:
+            sub.acked_from.pop(writer, None)
+
+    def _acked_elsewhere(self, sub: _Sub) -> dict[str, Ranges]:
+        """Per origin, the ranges the other regions sent last, merged, above the merged
+        progress (what it covers already left out)."""
+        merged: dict[str, list[tuple[int, int]]] = {}
+        for acked in sub.acked_from.values():
+            for origin, pairs in acked.items():
+                merged.setdefault(origin, []).extend(pairs)
+        out: dict[str, Ranges] = {}
+        for origin, received in sorted(merged.items()):
+            covered = sub.progress.get(origin, 0)
+            joined: list[tuple[int, int]] = []
+            for first, last in sorted(received):
+                first = max(first, covered + 1)
+                if first > last:
+                    continue
+                if joined and first <= joined[-1][1] + 1:
+                    joined[-1] = (joined[-1][0], max(last, joined[-1][1]))
+                else:
+                    joined.append((first, last))
+            if joined:
+                out[origin] = tuple(joined)
         return out
 
     # ---- consumption in two regions (docs/protocol.md §8) -----------------------------------

@@ -24,6 +24,12 @@ from sidecar._gen.rsub.v1 import markers_pb2 as pb
 MAX_POSITION = 2**63 - 1
 DEFAULT_MAX_MARKER_BYTES = 64 * 1024
 MAX_ROUND = 2
+MAX_ACKED_RANGES = 1_000
+"""Ranges of acked origin sequences one update carries, all origins together: at most 20
+bytes each on the wire, so an update stays well under `DEFAULT_MAX_MARKER_BYTES`."""
+
+Ranges = tuple[tuple[int, int], ...]
+"""Inclusive (first, last) pairs of origin sequences, each pair above the one before."""
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,254}")
 
 
@@ -101,6 +107,10 @@ class Update:
     consuming: bool = False
     """The writer's own consumers passed data of the subscription since its previous
     update (docs/protocol.md §8)."""
+    acked: Mapping[str, Ranges] = field(default_factory=dict)
+    """Per origin, the origin sequences above `progress` its applications acked in the
+    writer's region (out of order), as ranges of consecutive sequences (§6). Only with
+    `progress`."""
 
 
 Body = Request | Response | Snapshot | Update
@@ -174,6 +184,8 @@ def encode(marker: Marker) -> bytes:
         _set_map(update.progress, body.progress)
         update.progress_position = body.progress_position
         update.consuming = body.consuming
+        for origin, ranges in body.acked.items():
+            update.acked[origin].bounds.extend(seq for pair in ranges for seq in pair)
     return msg.SerializeToString()
 
 
@@ -252,6 +264,8 @@ def marker_msg_id(marker: Marker) -> str:
     # The vector read at one position grows while the origin index catches up: an id
     # without it would make the server drop the larger vector as a duplicate.
     progress = ",".join(f"{o}={s}" for o, s in sorted(body.progress.items()))
+    if body.acked:  # acks above the floor come and go at one position too
+        progress += ";" + ",".join(f"{o}={r}" for o, r in sorted(body.acked.items()))
     digest = hashlib.blake2s(progress.encode(), digest_size=8).hexdigest()
     return f"{prefix}.upd.{body.subscription}.{at}.at{body.progress_position}.{digest}"
 
@@ -342,6 +356,7 @@ def _update(u: pb.SubscriptionUpdate, regions: Collection[str], writer: str) -> 
         snapshot_id, local_position, positions = None, 0, {}
     else:
         raise _Invalid(RejectReason.MISSING_FIELD, "update: neither snapshot_id nor progress")
+    acked = _acked_ranges("update.acked", u.acked, progress, regions) if u.acked else {}
     return Update(
         subscription,
         kind,
@@ -352,6 +367,7 @@ def _update(u: pb.SubscriptionUpdate, regions: Collection[str], writer: str) -> 
         progress,
         progress_position,
         u.consuming,
+        acked,
     )
 
 
@@ -407,6 +423,44 @@ def _origin_seqs(field: str, value: Mapping[str, int], regions: Collection[str])
             _bad_region(f"{field} key", region)
         if not 0 < seq <= MAX_POSITION:
             _bad_position(f"{field}[{region}]", seq)
+    return out
+
+
+def _acked_ranges(
+    field: str,
+    value: Mapping[str, pb.OriginRanges],
+    progress: Mapping[str, int],
+    regions: Collection[str],
+) -> dict[str, Ranges]:
+    """Acked ranges: only with a progress vector, per known origin, (first, last) pairs
+    above the vector's sequence there and above each other, `MAX_ACKED_RANGES` in all."""
+    if not progress:
+        raise _Invalid(RejectReason.INVALID_FIELD, f"{field}: without progress")
+    out: dict[str, Ranges] = {}
+    total = 0
+    for origin in value:
+        if origin not in regions:
+            _bad_region(f"{field} key", origin)
+        bounds = value[origin].bounds
+        if not bounds or len(bounds) % 2:
+            raise _Invalid(
+                RejectReason.INVALID_FIELD, f"{field}[{origin}]: {len(bounds)} bounds, not pairs"
+            )
+        total += len(bounds) // 2
+        if total > MAX_ACKED_RANGES:
+            raise _Invalid(RejectReason.INVALID_FIELD, f"{field}: over {MAX_ACKED_RANGES} ranges")
+        below = progress.get(origin, 0)
+        pairs = []
+        for i in range(0, len(bounds), 2):
+            first, last = bounds[i], bounds[i + 1]
+            if not below < first <= last <= MAX_POSITION:
+                raise _Invalid(
+                    RejectReason.INVALID_FIELD,
+                    f"{field}[{origin}]: range {first}-{last} not above {below}",
+                )
+            pairs.append((first, last))
+            below = last
+        out[origin] = tuple(pairs)
     return out
 
 

@@ -102,6 +102,13 @@ class _Runs:
             return self.base
         return self.origins[i] + min(position - self.reads[i], self._length(i) - 1)
 
+    def origin_at(self, read_seq: int) -> int | None:
+        """The origin sequence of this origin's kept message at `read_seq` (None: none)."""
+        i = bisect_right(self.reads, read_seq) - 1
+        if i < 0 or read_seq - self.reads[i] >= self._length(i):
+            return None
+        return self.origins[i] + read_seq - self.reads[i]
+
     def runs_through(self, position: int) -> int:
         """How many leading runs end at or below `position`."""
         i = bisect_right(self.reads, position)
@@ -165,6 +172,16 @@ class OriginIndex:
                 if highest > 0:
                     vector[origin] = highest
         return vector
+
+    def origin_of(self, read_seq: int) -> tuple[str, int] | None:
+        """The origin and origin sequence of the data message at `read_seq` (None: none kept
+        there: a marker, not indexed yet, trimmed, or of unknown origin)."""
+        for origin, runs in self._runs.items():
+            if origin != UNKNOWN_ORIGIN:
+                origin_seq = runs.origin_at(read_seq)
+                if origin_seq is not None:
+                    return origin, origin_seq
+        return None
 
     def position_for(self, vector: Mapping[str, int], after: int = 0) -> int | None:
         """The furthest `P >= after`, `P <= indexed_through`, such that every data message in

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from sidecar.protocol.markers import SnapshotId, SubscriptionKind
+from sidecar.protocol.markers import Ranges, SnapshotId, SubscriptionKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,10 @@ class MachineSubscription:
     """The regions whose consumers passed its data within the activity window (this one
     from its positions reads, the others from their updates): two or more is a subscription
     consumed in two regions at once (docs/protocol.md §8)."""
+    acked: Mapping[str, Ranges] = field(default_factory=dict)
+    """Per origin, what the other regions' applications acked above their floors (out of
+    order) and `progress` does not cover, as ranges: each was consumed in some region too
+    (docs/protocol.md §6)."""
 
 
 @dataclass(frozen=True, slots=True)

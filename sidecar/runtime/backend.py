@@ -389,4 +389,5 @@ def _view(driver: StreamDriver, sub: MachineSubscription) -> views.SubscriptionV
         progress_sent_position=sent.progress_position if sent is not None else 0,
         receives_markers=sub.name in driver.subscriptions.receiving_markers,
         consumed_in=sub.consumed_in,
+        acked=sub.acked,
     )

@@ -31,6 +31,7 @@ from nats.errors import Error as NatsError
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.protocol import (
+    Acks,
     Action,
     MachineConfig,
     Needs,
@@ -88,8 +89,9 @@ class StreamDriver:
         # the machine, and whether a signal said positions moved.
         self._told_seq = 0
         self._moved = False
-        self._acked: dict[str, int] = {}
-        """Per consumer, when (the handles' clock) it was last acked here since the last read."""
+        self._acked: dict[str, tuple[int, list[int]]] = {}
+        """Per consumer acked here since the last read: when last (the handles' clock), and
+        the sequences settled."""
         self._needs = Needs(None, signals=False)  # the machine's, after its last job
         self._steps = 0  # jobs applied
         self._observed = -1  # `_steps` when the observer last looked at the machine
@@ -124,9 +126,15 @@ class StreamDriver:
         self._moved = True
 
     def acked(self, consumer: str, stream_seq: int) -> None:
-        """An application acked `consumer`'s message at `stream_seq` here: when, told to the
+        """An application acked `consumer`'s message at `stream_seq` here: told to the
         machine with the next read (`PositionsListing.acked`)."""
-        self._acked[consumer] = self._handles.clock()
+        now = self._handles.clock()
+        heard = self._acked.get(consumer)
+        if heard is None:
+            self._acked[consumer] = (now, [stream_seq])
+        else:
+            heard[1].append(stream_seq)
+            self._acked[consumer] = (now, heard[1])
 
     async def read_positions(self) -> PositionsListing:
         """Durables and external cursors read again (see `LocalSubscriptions.read`), with
@@ -137,8 +145,11 @@ class StreamDriver:
             self._handles.port, self._handles.cursors(), generation
         )
         self.observer.durables_receiving_markers(self.subscriptions.receiving_markers)
-        acked, self._acked = self._acked, {}
-        return replace(listing, acked=acked) if acked else listing
+        if not self._acked:
+            return listing
+        heard, self._acked = self._acked, {}
+        acked = {name: Acks(ms, tuple(seqs)) for name, (ms, seqs) in heard.items()}
+        return replace(listing, acked=acked)
 
     # ---- the loops ------------------------------------------------------------------------
 

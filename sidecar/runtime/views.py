@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sidecar.protocol import SubscriptionKind
+from sidecar.protocol import Ranges, SubscriptionKind
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,9 @@ class SubscriptionView:
     receives them; docs/topology.md): as of the last positions read. False for a cursor."""
     consumed_in: tuple[str, ...]
     """The regions consuming it now (docs/protocol.md §8): two or more is one too many."""
+    acked: Mapping[str, Ranges]
+    """Per origin, what other regions' applications acked above their floors that
+    `progress` does not cover, as ranges (docs/protocol.md §6): consumed somewhere too."""
 
 
 @dataclass(frozen=True)

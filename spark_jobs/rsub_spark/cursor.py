@@ -16,6 +16,7 @@ import grpc
 import structlog
 
 from sidecar.api.client import RETRYABLE, SidecarClient, SidecarError, TlsOptionNames
+from sidecar.exact import Progress
 from sidecar.protocol import SubscriptionKind
 from sidecar.runtime.views import SubscriptionView
 from spark_jobs.rsub_spark.options import RsubOptionError, RsubOptions
@@ -56,15 +57,14 @@ def _require_cursor(client: SidecarClient, view: SubscriptionView) -> None:
         )
 
 
-def cursor_position(
-    client: SidecarClient, stream: str, subscription: str
-) -> tuple[int, dict[str, int]]:
+def cursor_position(client: SidecarClient, stream: str, subscription: str) -> tuple[int, Progress]:
     """The cursor's mark-delete position (every sequence <= it is consumed) and its progress
-    vector (origin region -> highest origin sequence consumed somewhere). Raises
-    `RsubOptionError` for a durable consumer (a query commits to a cursor)."""
+    (origin region -> highest origin sequence consumed somewhere, with the ranges acked above
+    other regions' floors). Raises `RsubOptionError` for a durable consumer (a query commits
+    to a cursor)."""
     view = client.subscription(stream, subscription)
     _require_cursor(client, view)
-    return view.mark_delete, dict(view.progress)
+    return view.mark_delete, Progress(view.progress, view.acked)
 
 
 def check_cursor(client: SidecarClient, stream: str, subscription: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sidecar.exact import Progress
 from spark_jobs.rsub_spark.cursor import cursor_position, sidecar_client
 from spark_jobs.rsub_spark.nats_read import (
     NatsSession,
@@ -46,6 +47,10 @@ from spark_jobs.rsub_spark.rows import arrow_schema, spark_schema, to_record_bat
 log = structlog.get_logger(__name__)
 
 
+NO_PROGRESS = Progress({}, {})
+"""A read that continues no subscription: nothing left out."""
+
+
 class RsubCheckpointError(RuntimeError):
     """A checkpointed offset does not belong to the read stream this query reads."""
 
@@ -54,16 +59,14 @@ class SequenceRange(InputPartition):
     """The read-stream sequences `start < s <= end`, read by one Spark task, without the
     messages `progress` covers."""
 
-    def __init__(self, start: int, end: int, progress: Mapping[str, int]) -> None:
+    def __init__(self, start: int, end: int, progress: Progress) -> None:
         super().__init__((start, end))
         self.start = start
         self.end = end
-        self.progress = dict(progress)
+        self.progress = progress
 
 
-def split_range(
-    opts: RsubOptions, start: int, end: int, progress: Mapping[str, int]
-) -> list[SequenceRange]:
+def split_range(opts: RsubOptions, start: int, end: int, progress: Progress) -> list[SequenceRange]:
     """Cuts `(start, end]` into at least minPartitions ranges of <= maxRecordsPerPartition."""
     span = end - start
     if span <= 0:
@@ -100,18 +103,18 @@ class Start(NamedTuple):
     messages `progress` covers (empty unless it continues a subscription)."""
 
     after: int
-    progress: dict[str, int]
+    progress: Progress
 
 
 def start_of(opts: RsubOptions, streaming: bool, bounds: StreamBounds) -> Start:
     """Where a new query or batch read starts."""
     starting = opts.starting_for(streaming)
     if starting.kind == "earliest":
-        return Start(bounds.first_seq - 1, {})
+        return Start(bounds.first_seq - 1, NO_PROGRESS)
     if starting.kind == "latest":
-        return Start(bounds.last_seq, {})
+        return Start(bounds.last_seq, NO_PROGRESS)
     if starting.kind == "sequence":
-        return Start(starting.sequence - 1, {})
+        return Start(starting.sequence - 1, NO_PROGRESS)
     assert opts.sidecar is not None and opts.subscription is not None  # checked by parse_options
     with sidecar_client(opts) as client:
         mark_delete, progress = cursor_position(client, opts.stream, opts.subscription)
@@ -121,7 +124,8 @@ def start_of(opts: RsubOptions, streaming: bool, bounds: StreamBounds) -> Start:
         read_stream=opts.read_stream,
         subscription=opts.subscription,
         mark_delete=mark_delete,
-        progress=progress,
+        progress=dict(progress),
+        acked=progress.acked,
     )
     return Start(mark_delete, progress)
 
@@ -169,10 +173,13 @@ class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._latest = (now, self._bounds().last_seq)
         return self._latest[1]
 
-    def _offset(self, sequence: int, progress: Mapping[str, int]) -> dict[str, Any]:
+    def _offset(self, sequence: int, progress: Progress) -> dict[str, Any]:
         offset: dict[str, Any] = {"stream": self._opts.read_stream, "sequence": sequence}
         if progress:  # sorted: Spark compares offsets as JSON text
             offset["progress"] = dict(sorted(progress.items()))
+        if progress.acked:
+            acked = sorted(progress.acked.items())
+            offset["acked"] = {region: [list(pair) for pair in pairs] for region, pairs in acked}
         return offset
 
     def _sequence_of(self, offset: dict[str, Any]) -> int:
@@ -186,8 +193,13 @@ class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return int(offset["sequence"])
 
     @staticmethod
-    def _progress_of(offset: dict[str, Any]) -> dict[str, int]:
-        return {str(region): int(seq) for region, seq in (offset.get("progress") or {}).items()}
+    def _progress_of(offset: dict[str, Any]) -> Progress:
+        vector = {str(region): int(seq) for region, seq in (offset.get("progress") or {}).items()}
+        acked = {
+            str(region): tuple((int(first), int(last)) for first, last in pairs)
+            for region, pairs in (offset.get("acked") or {}).items()
+        }
+        return Progress(vector, acked)
 
     def initialOffset(self) -> dict[str, Any]:
         # Spark asks twice on a fresh start; "latest" must answer the same both times.
@@ -218,7 +230,7 @@ class RsubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self._opts.max_offsets_per_trigger)
 
     def reportLatestOffset(self) -> dict[str, Any]:
-        return self._offset(self._last_seq(), {})
+        return self._offset(self._last_seq(), NO_PROGRESS)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_end = self._last_seq(fresh=True)

@@ -57,10 +57,8 @@ async def test_commits_a_cursor_over_mutual_tls_with_the_token(
     client = spark_client(mutual_tls_server, certs)
     try:
         assert await asyncio.to_thread(client.commit, STREAM, SUBSCRIPTION, 60) == 60
-        assert await asyncio.to_thread(cursor_position, client, STREAM, SUBSCRIPTION) == (
-            60,
-            {"east": 9},
-        )
+        position, progress = await asyncio.to_thread(cursor_position, client, STREAM, SUBSCRIPTION)
+        assert (position, dict(progress), progress.acked) == (60, {"east": 9}, {})
     finally:
         client.close()
     assert backend.subscriptions[STREAM][SUBSCRIPTION].mark_delete == 60

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import grpc
@@ -61,6 +62,22 @@ async def test_get_subscription_returns_backend_view(
     assert dict(reply.progress) == {"east": 9} and reply.failover_exposure == 3
     assert dict(reply.progress_sent) == {"east": 7, "west": 30}
     assert reply.progress_sent_position == 41
+
+
+async def test_the_ranges_acked_elsewhere_cross_the_api(
+    cursor: api_pb2_grpc.CursorServiceStub, backend: MemoryBackend
+) -> None:
+    view = dataclasses.replace(
+        backend.subscriptions[STREAM][SUBSCRIPTION],
+        progress={"east": 4, "west": 2},
+        acked={"east": ((6, 8), (11, 11)), "west": ((5, 5),)},
+    )
+    backend.subscriptions[STREAM][SUBSCRIPTION] = view
+    reply = await cursor.GetSubscription(
+        api_pb2.GetSubscriptionRequest(stream=STREAM, subscription=SUBSCRIPTION)
+    )
+    assert list(reply.acked["east"].bounds) == [6, 8, 11, 11]
+    assert convert.subscription_from_proto(reply) == view
 
 
 async def test_list_subscriptions_and_snapshots(

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from sidecar.naming import VirtualStream
 from sidecar.protocol import (
+    Acks,
     MachineConfig,
     Marker,
     MoveConsumer,
@@ -229,7 +230,13 @@ def test_an_ack_is_consumption_where_the_floor_only_followed_the_removals() -> N
     assert not any(u.consuming for u in updates(m.read_done(at_the_edge)))
     m.tick(3_000)
     acked = PositionsListing(
-        m.generation, SUBS, {"d": 7}, 13, False, first_seq=8, acked={"d": 2_900, "other": 2_950}
+        m.generation,
+        SUBS,
+        {"d": 7},
+        13,
+        False,
+        first_seq=8,
+        acked={"d": Acks(2_900, ()), "other": Acks(2_950, ())},
     )
     (update,) = updates(m.read_done(acked))
     assert update.consuming and consumed_in(m) == ("a",)
@@ -244,15 +251,21 @@ def test_acks_of_a_follower_or_of_a_durable_not_replicated_are_no_sign() -> None
     m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
     m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False))
     m.tick(2_000)
-    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 1_900}))
+    m.read_done(
+        PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": Acks(1_900, ())})
+    )
     assert consumed_in(m) == ()
     m.became_leader(1)
     m.tick(3_000)
-    listing = PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"local": 2_900})
+    listing = PositionsListing(
+        m.generation, subs, {"d": 0}, 13, False, acked={"local": Acks(2_900, ())}
+    )
     m.read_done(listing)
     assert consumed_in(m) == ()
     m.tick(4_000)
-    m.read_done(PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": 3_900}))
+    m.read_done(
+        PositionsListing(m.generation, subs, {"d": 0}, 13, False, acked={"d": Acks(3_900, ())})
+    )
     assert consumed_in(m) == ("a",)
 
 
@@ -262,11 +275,13 @@ def test_an_ack_heard_long_before_the_read_is_a_sign_of_then() -> None:
     simulation: a restarted replica that led four seconds after its application stopped)."""
     m = machine()
     m.tick(20_000)
-    stale = PositionsListing(m.generation, SUBS, {"d": 0}, 13, False, acked={"d": 9_000})
+    stale = PositionsListing(m.generation, SUBS, {"d": 0}, 13, False, acked={"d": Acks(9_000, ())})
     assert not any(u.consuming for u in updates(m.read_done(stale)))
     assert consumed_in(m) == ()
     m.tick(21_000)
-    recent = PositionsListing(m.generation, SUBS, {"d": 0}, 13, False, acked={"d": 12_000})
+    recent = PositionsListing(
+        m.generation, SUBS, {"d": 0}, 13, False, acked={"d": Acks(12_000, ())}
+    )
     m.read_done(recent)
     assert consumed_in(m) == ("a",)
     m.tick(12_000 + WINDOW_MS - 1)

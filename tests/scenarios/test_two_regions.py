@@ -7,13 +7,21 @@ stream of its own (see scenario_kit.TWO_REGION_STREAMS).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
+from collections.abc import Mapping
 
 import grpc
+import nats.errors
 import pytest
+from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from rsub_dev.sidecars import read_markers, read_stored, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.client import SidecarError
+from sidecar.exact import ExactConsumer, covered, progress_of
+from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.protocol import Marker, Request, SnapshotId, encode
 from tests.support.scenario_kit import (
     DEADLINE_S,
@@ -336,3 +344,93 @@ async def test_malformed_markers_are_counted_skipped_and_change_nothing(world2: 
     await wait_until(moved, "east to move after the junk", DEADLINE_S)
     with pytest.raises(NotFoundError):
         await east.consumer_info(vs.read_stream("east"), "mars")
+
+
+# ---- acks above the floor (docs/protocol.md §6) ---------------------------------------------
+# Eight parallel workers in west ack out of order, one message never acked (a poisoned one
+# holding the floor). East's sidecar receives west's vector and the ranges acked above it;
+# after a failover to east the native durable delivers again everything above the floor, the
+# exact client with the vector alone the same, and with the ranges only the message never
+# acked.
+
+WORKERS_DURABLE = "workers"
+MESSAGES = 80
+WORKERS = 8
+POISONED = 3  # the fourth message delivered is never acked
+
+
+def origin(vs: VirtualStream, headers: Mapping[str, str] | None) -> tuple[str, int] | None:
+    source = (headers or {}).get(SOURCE_HEADER)
+    return vs.origin_of(source) if source else None
+
+
+async def test_parallel_workers_and_one_message_never_acked(world2: World) -> None:
+    vs, west, east = world2.stream("parallel"), world2.js("west"), world2.js("east")
+    await create_durable(west, vs, "west", WORKERS_DURABLE)
+    await create_durable(east, vs, "east", WORKERS_DURABLE)
+    await publish(west, vs, "west", [f"p-{i}".encode() for i in range(MESSAGES)])
+
+    sub = await west.pull_subscribe_bind(WORKERS_DURABLE, stream=vs.read_stream("west"))
+    fetched: list[Msg] = []
+
+    async def all_fetched() -> bool:
+        with contextlib.suppress(nats.errors.TimeoutError):
+            fetched.extend(await sub.fetch(MESSAGES - len(fetched), timeout=0.5))
+        return len(fetched) >= MESSAGES
+
+    await wait_until(all_fetched, "west's workers fetch every message", DEADLINE_S)
+    poisoned = fetched[POISONED]
+    rest = [m for m in fetched if m is not poisoned]
+    random.Random(7).shuffle(rest)
+
+    async def worker(k: int) -> None:
+        for msg in rest[k::WORKERS]:
+            await msg.ack_sync()
+
+    await asyncio.gather(*(worker(k) for k in range(WORKERS)))
+    address = f"127.0.0.1:{world2.sidecars['east'].grpc_port}"
+    acked = [origin(vs, m.headers) for m in rest]
+
+    async def ranges_arrived() -> bool:
+        try:
+            progress = await progress_of(address, vs.name, WORKERS_DURABLE)
+        except SidecarError:
+            return False  # not listed there yet
+        return all(covered(o, progress) for o in acked)
+
+    await wait_until(ranges_arrived, "east covers every message acked in west", DEADLINE_S)
+    progress = await progress_of(address, vs.name, WORKERS_DURABLE)
+    assert not covered(origin(vs, poisoned.headers), progress)
+
+    async def east_moved() -> bool:  # over what the vector covers, at its next read
+        return await ack_floor(east, vs, "east", WORKERS_DURABLE) > 0
+
+    await wait_until(east_moved, "the vector to move the durable in east", DEADLINE_S)
+
+    # West is lost. East's durable stands where the vector moved it: below the poisoned one.
+    read = vs.read_stream("east")
+    floor = (await east.consumer_info(read, WORKERS_DURABLE)).ack_floor.stream_seq
+    last = (await east.stream_info(read)).state.last_seq
+    above = [await east.get_msg(read, seq) for seq in range(floor + 1, last + 1)]
+    data = [origin(vs, m.headers) for m in above if (m.subject or "").startswith(f"{vs.name}.")]
+    native = sum(1 for o in data if o in acked)
+    by_vector = sum(1 for o in data if o in acked and not covered(o, dict(progress)))
+    exact = ExactConsumer(
+        await east.pull_subscribe_bind(WORKERS_DURABLE, stream=read), progress, vs
+    )
+    delivered: list[Msg] = []
+    while True:
+        try:
+            delivered.extend(await exact.fetch(MESSAGES, timeout=2))
+        except nats.errors.TimeoutError:
+            break
+    for msg in delivered:
+        await msg.ack()
+    print(
+        f"\nparallel workers, one message never acked: delivered again in east {native} "
+        f"(native durable), {by_vector} (exact client, the vector alone), "
+        f"{len(delivered) - 1} (exact client, with the acked ranges); "
+        f"the message never acked delivered: {[m.data for m in delivered]}"
+    )
+    assert [m.data for m in delivered] == [poisoned.data]  # nothing lost, nothing twice
+    assert native == by_vector == exact.skipped > MESSAGES // 2

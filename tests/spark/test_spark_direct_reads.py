@@ -26,7 +26,7 @@ from sidecar.nats.topology import apply_topology
 from spark_jobs.rsub_spark.nats_read import RsubReadError
 from spark_jobs.rsub_spark.options import parse_options
 from spark_jobs.rsub_spark.rows import spark_schema
-from spark_jobs.rsub_spark.source import SequenceRange, read_range_batches
+from spark_jobs.rsub_spark.source import NO_PROGRESS, SequenceRange, read_range_batches
 from tests.support.spark_helpers import wait_sourced
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,9 @@ REGIONS_OF_FOUR = ["west", "east", "north", "south"]
 
 def read_rows(opts: dict[str, str], start: int, end: int) -> list[dict[str, Any]]:
     parsed = parse_options(opts)
-    batches = list(read_range_batches(parsed, spark_schema(False), SequenceRange(start, end, {})))
+    batches = list(
+        read_range_batches(parsed, spark_schema(False), SequenceRange(start, end, NO_PROGRESS))
+    )
     return pa.Table.from_batches(batches).to_pylist() if batches else []
 
 

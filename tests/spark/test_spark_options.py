@@ -14,7 +14,7 @@ from spark_jobs.rsub_spark.options import (
     parse_options,
 )
 from spark_jobs.rsub_spark.rows import published_at_micros, spark_schema
-from spark_jobs.rsub_spark.source import split_range
+from spark_jobs.rsub_spark.source import NO_PROGRESS, split_range
 
 BASE = {"servers": "nats://a:4222, nats://b:4222", "stream": "orders", "region": "west"}
 
@@ -96,10 +96,10 @@ def test_region_or_read_stream_is_required() -> None:
 
 def test_split_range_covers_the_range_exactly() -> None:
     opts = parse_options({**BASE, "maxRecordsPerPartition": "30", "minPartitions": "2"})
-    parts = split_range(opts, 10, 110, {})
+    parts = split_range(opts, 10, 110, NO_PROGRESS)
     assert [(p.start, p.end) for p in parts] == [(10, 35), (35, 60), (60, 85), (85, 110)]
-    assert split_range(opts, 10, 10, {}) == []
-    assert [(p.start, p.end) for p in split_range(opts, 10, 11, {})] == [(10, 11)]
+    assert split_range(opts, 10, 10, NO_PROGRESS) == []
+    assert [(p.start, p.end) for p in split_range(opts, 10, 11, NO_PROGRESS)] == [(10, 11)]
 
 
 def test_published_at_header_formats() -> None:

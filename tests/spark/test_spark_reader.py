@@ -28,6 +28,7 @@ from spark_jobs.rsub_spark.nats_read import (
 from spark_jobs.rsub_spark.options import RsubOptionError, parse_options
 from spark_jobs.rsub_spark.rows import spark_schema
 from spark_jobs.rsub_spark.source import (
+    NO_PROGRESS,
     RsubBatchReader,
     RsubCheckpointError,
     RsubDataSource,
@@ -51,7 +52,7 @@ pytestmark = pytest.mark.integration
 def read_rows(opts: dict[str, str], start: int, end: int) -> list[dict[str, Any]]:
     parsed = parse_options(opts)
     schema = spark_schema(parsed.include_headers)
-    batches = list(read_range_batches(parsed, schema, SequenceRange(start, end, {})))
+    batches = list(read_range_batches(parsed, schema, SequenceRange(start, end, NO_PROGRESS)))
     return pa.Table.from_batches(batches).to_pylist() if batches else []
 
 
@@ -346,6 +347,19 @@ def test_a_start_from_a_durable_consumer_is_refused_before_any_read(
     assert f"`rsub create-cursor {name} NAME --sidecar {sidecar.address}`" in str(refused.value)
 
 
+def cursor_state(
+    stream: str, position: int, progress: dict[str, int]
+) -> api_pb2.GetSubscriptionResponse:
+    """What the sidecar answers for the cursor `billing` at `position` with `progress`."""
+    return api_pb2.GetSubscriptionResponse(
+        stream=stream,
+        subscription="billing",
+        kind="external",
+        mark_delete=position,
+        progress=progress,
+    )
+
+
 def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_offsets(
     orders_layout: Layout,
 ) -> None:
@@ -357,13 +371,7 @@ def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_of
     for region in ("west", "east"):
         above = [r["origin_sequence"] for r in every if r["origin_region"] == region]
         progress[region] = above[len(above) // 2]
-    state = api_pb2.GetSubscriptionResponse(
-        stream=name,
-        subscription="billing",
-        kind="external",
-        mark_delete=position,
-        progress=progress,
-    )
+    state = cursor_state(name, position, progress)
     sidecar = StateServer([state])
     options = orders_layout.options(subscription="billing", sidecar=sidecar.address)
     reader = stream_reader(orders_layout, **options)
@@ -394,13 +402,57 @@ def test_subscription_start_leaves_out_covered_rows_and_carries_the_vector_in_of
     assert rows == kept and 0 < len(kept) < len(every)
 
 
+def test_subscription_start_also_leaves_out_rows_acked_above_other_regions_floors(
+    orders_layout: Layout,
+) -> None:
+    """The ranges acked out of order elsewhere (docs/protocol.md §6) travel in the offsets
+    with the vector, and their rows are left out as the vector's are."""
+    name, last = orders_layout.vstream.name, orders_layout.stored[-1][0]
+    position = orders_layout.data_between(0, last)[39][0]
+    every = read_rows(orders_layout.options(), position, last)
+    progress: dict[str, int] = {}
+    acked: dict[str, list[int]] = {}
+    for region in ("west", "east"):
+        above = [r["origin_sequence"] for r in every if r["origin_region"] == region]
+        progress[region] = above[len(above) // 4]
+        # Every third message after the vector's, each a range of its own.
+        acked[region] = [seq for seq in above[len(above) // 4 + 1 :: 3] for _ in range(2)]
+    state = cursor_state(name, position, progress)
+    for region, bounds in acked.items():
+        state.acked[region].bounds.extend(bounds)
+    sidecar = StateServer([state])
+    options = orders_layout.options(subscription="billing", sidecar=sidecar.address)
+    reader = stream_reader(orders_layout, **options)
+    try:
+        start = reader.initialOffset()
+        assert start["acked"] == {
+            r: [[b[i], b[i + 1]] for i in range(0, len(b), 2)] for r, b in sorted(acked.items())
+        }
+        start = json.loads(json.dumps(start))  # as the checkpoint gives it back
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end["acked"] == start["acked"]
+        rows = [
+            r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()
+        ]
+    finally:
+        reader.stop()
+        sidecar.stop()
+    kept = [
+        r
+        for r in every
+        if r["origin_sequence"] > progress[r["origin_region"]]
+        and r["origin_sequence"] not in acked[r["origin_region"]]
+    ]
+    assert rows == kept and 0 < len(kept) < len(every)
+
+
 def test_empty_partition_of_a_batch_read_yields_nothing(orders_layout: Layout) -> None:
     source = RsubDataSource(orders_layout.options())
     reader = source.reader(source.schema())
-    assert list(reader.read(SequenceRange(5, 5, {}))) == []
+    assert list(reader.read(SequenceRange(5, 5, NO_PROGRESS))) == []
     # A range past the stream's end means the stream was replaced: sequences would not match.
     with pytest.raises(RsubDataLossError, match="ends at sequence"):
-        list(reader.read(SequenceRange(10_000, 10_010, {})))
+        list(reader.read(SequenceRange(10_000, 10_010, NO_PROGRESS)))
 
 
 def test_rows_of_a_stream_no_region_writes_arrive_without_origin(nats_server: LoneServer) -> None:

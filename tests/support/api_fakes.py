@@ -66,6 +66,7 @@ def subscription_view(
         progress_sent_position=0,
         receives_markers=receives_markers,
         consumed_in=(),
+        acked={},
     )
 
 

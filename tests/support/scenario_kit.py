@@ -33,7 +33,7 @@ TIMEOUT_S = 3.0
 LEASE_TTL_S = 3.0
 
 # Streams of the shared two-region world, one per scenario.
-TWO_REGION_STREAMS = ("six", "standby", "idle", "toggle", "api", "junk")
+TWO_REGION_STREAMS = ("six", "standby", "idle", "toggle", "api", "junk", "parallel")
 THREE_REGION_STREAMS = ("rounds",)
 
 

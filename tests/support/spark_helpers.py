@@ -194,6 +194,7 @@ class CursorBackend:
             progress_sent_position=0,
             receives_markers=False,
             consumed_in=(),
+            acked={},
         )
 
     async def status(self) -> StatusView:

@@ -38,6 +38,9 @@ class Applications:
         self.on_fetched: list[Callable[[Durable, str, list[Delivery]], None]] = []
         """Told of every fetch that delivered, before its acks: the durable, the region, the
         deliveries."""
+        self.on_finished: list[Callable[[Durable, str], None]] = []
+        """Told of every message a slow worker finished (consumed) after its fetch: the
+        durable, the region."""
         self._sent: dict[str, int] = dict.fromkeys(vs.regions, 0)
         """Per region, the messages its producers sent: a producer started again (a region
         back) goes on numbering its `Nats-Msg-Id`s, as a real one would not repeat them."""
@@ -137,7 +140,6 @@ class Applications:
         `keep` says)."""
         world, p, js, name = self._world, self._world.p, self._js, durable.name
         read = self._vs.read_stream(region)
-        consumed = durable.consumed
         while world.now_ms() < until_ms and (durable.home == region if keep is None else keep()):
             await asyncio.sleep(world.rng.randint(1, 2 * p.consume_gap_ms) / 1000)
             js.settle()
@@ -148,19 +150,53 @@ class Applications:
             if deliveries:
                 for fetched in self.on_fetched:
                     fetched(durable, region, deliveries)
+            slow = None
+            if deliveries and p.slow and world.rng.random() < p.slow:
+                slow = world.rng.choice(deliveries)
+                self._signal_ack(read, name, slow, b"+WPI")
+                ms = world.rng.randint(100, 2_000)
+                later = asyncio.get_running_loop().call_later
+                later(ms / 1000, self._finish, durable, region, slow)
+                world.stats["slow_messages"] += 1
             for d in deliveries:
-                entry = data_entry(self._vs, d.stream_seq, d.headers)
-                key = (entry.origin, entry.origin_seq)
-                if consumed[key]:
-                    world.stats["duplicates"] += 1
-                consumed[key] += 1
-                js.ack(read, name, d.stream_seq)
-                self._net.signal(
-                    f"$JS.ACK.{read}.{name}.1.{d.stream_seq}.{d.consumer_seq}"
-                    f".{world.now_ms() * 1_000_000}.0",
-                    b"+ACK",
-                )
-            world.stats["consumed"] += len(deliveries)
+                if d is not slow:
+                    self._consume(durable, region, d)
             if deliveries:
                 last = deliveries[-1].stream_seq
                 world.note(f"{region} consumed {len(deliveries)} of {name} to {last}")
+
+    def _consume(self, durable: Durable, region: str, d: Delivery) -> None:
+        """The application consumed `d` of `durable` in `region`: counted, acked, the ack
+        signalled."""
+        world, consumed = self._world, durable.consumed
+        entry = data_entry(self._vs, d.stream_seq, d.headers)
+        key = (entry.origin, entry.origin_seq)
+        if consumed[key]:
+            world.stats["duplicates"] += 1
+        consumed[key] += 1
+        read = self._vs.read_stream(region)
+        self._js.ack(read, durable.name, d.stream_seq)
+        self._signal_ack(read, durable.name, d, b"+ACK")
+        world.stats["consumed"] += 1
+
+    def _signal_ack(self, read: str, name: str, d: Delivery, payload: bytes) -> None:
+        """What the server's subscribers see of an ack the application sends for `d`."""
+        self._net.signal(
+            f"$JS.ACK.{read}.{name}.1.{d.stream_seq}.{d.consumer_seq}"
+            f".{self._world.now_ms() * 1_000_000}.0",
+            payload,
+        )
+
+    def _finish(self, durable: Durable, region: str, d: Delivery) -> None:
+        """A slow worker finishes `d`, if `region` is still `durable`'s live home."""
+        if region != durable.home or not self._live(region):
+            self._world.stats["slow_messages_dropped"] += 1
+            return
+        self._js.settle()
+        try:
+            self._consume(durable, region, d)
+        except NotFoundError:  # deleted meanwhile: consumed, its ack goes nowhere
+            return
+        for finished in self.on_finished:
+            finished(durable, region)
+        self._world.note(f"{region} finished slow {d.stream_seq} of {durable.name}")

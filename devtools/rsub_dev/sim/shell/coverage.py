@@ -4,6 +4,7 @@ was consumed (`Coverage`: covered means consumed)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -107,4 +108,14 @@ class Coverage:
                     )
                 k += 1
             self._checked[(name, origin)] = k
+        for origin, ranges in view.acked.items():
+            written = self._written.get(origin, [])
+            for first, last in ranges:
+                for seq in written[bisect_left(written, first) : bisect_right(written, last)]:
+                    if unconsumed(durable, (origin, seq)):
+                        raise self._world.fail(
+                            f"covered: {region}'s ranges acked elsewhere of {name} "
+                            f"{dict(view.acked)} cover ({origin}, {seq}), never consumed"
+                        )
+                self._world.stats["acked_ranges_checked"] += 1
         self._world.stats["progress_checked"] += 1

@@ -206,6 +206,7 @@ class Failback:
         world = self._world
         world.js.on_paused = self._paused
         world.apps.on_fetched.append(self._delivered)
+        world.apps.on_finished.append(self._finished)
         world.checks.on_update.append(self._update)
 
     def checking(self) -> None:
@@ -292,6 +293,10 @@ class Failback:
         return self._decided_ms is not None and (
             not watched.hold_asked or watched.hold_landed_ms is not None
         )
+
+    def _finished(self, durable: Durable, region: str) -> None:
+        """A slow worker consumed a message of `durable` fetched before: consumption there now."""
+        self._watched[durable.name].fetched[region].append(self._world.now_ms())
 
     def _delivered(self, durable: Durable, region: str, deliveries: list[Delivery]) -> None:
         world, vs, w = self._world, self._world.vs, self._watched[durable.name]

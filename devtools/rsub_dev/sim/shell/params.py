@@ -115,6 +115,12 @@ class ShellParams:
     hold ends at its deadline (`hold_ms`)."""
     hold_ms: int = 120_000
     """The failback guard's deadline (`MachineConfig.hold_ms`)."""
+    slow: float = 0.0
+    """Of the application's fetches: the fraction where one worker is slow with one of the
+    messages (it signals `+WPI`, work in progress) while the others are acked, and finishes
+    it (consumed, acked) 100 ms to 2 s later, if its region is still the durable's home: the
+    durable's floor stays below it meanwhile, the acks above it go out as ranges
+    (docs/protocol.md §6). Not with a return (its checks follow fetches, not late acks)."""
     durables: int = 1
     """Replicated durables of the stream, each with its own home (the i-th in region
     i modulo the regions), application and ledger of what it consumed (`durables`)."""
@@ -173,6 +179,8 @@ class ShellParams:
             )
         if self.silent and (self.regions != 3 or not self.failback_ms):
             raise ValueError("a silent region needs 3 regions and a return")
+        if self.slow and self.failback_ms:
+            raise ValueError("slow workers need no return")
         if self.hold_ms == MOVE_PAUSE_MS:
             raise ValueError(f"hold_ms must differ from a move's pause ({MOVE_PAUSE_MS} ms)")
         if self.durables < 1:

@@ -1,3 +1,4 @@
+from sidecar._gen.rsub.v1 import markers_pb2 as _markers_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -7,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubscriptionState(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in", "acked")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +23,13 @@ class SubscriptionState(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class AckedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _markers_pb2.OriginRanges
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_markers_pb2.OriginRanges, _Mapping]] = ...) -> None: ...
     STREAM_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +47,7 @@ class SubscriptionState(_message.Message):
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
     RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_IN_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -56,7 +65,8 @@ class SubscriptionState(_message.Message):
     progress_sent_position: int
     receives_markers: bool
     consumed_in: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ...) -> None: ...
+    acked: _containers.MessageMap[str, _markers_pb2.OriginRanges]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ..., acked: _Optional[_Mapping[str, _markers_pb2.OriginRanges]] = ...) -> None: ...
 
 class AppliedUpdate(_message.Message):
     __slots__ = ("from_region", "snapshot_id", "position", "applied_unix_ms")
@@ -102,7 +112,7 @@ class GetSubscriptionRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class GetSubscriptionResponse(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in", "acked")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +127,13 @@ class GetSubscriptionResponse(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class AckedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _markers_pb2.OriginRanges
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_markers_pb2.OriginRanges, _Mapping]] = ...) -> None: ...
     STREAM_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +151,7 @@ class GetSubscriptionResponse(_message.Message):
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
     RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_IN_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -151,7 +169,8 @@ class GetSubscriptionResponse(_message.Message):
     progress_sent_position: int
     receives_markers: bool
     consumed_in: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ...) -> None: ...
+    acked: _containers.MessageMap[str, _markers_pb2.OriginRanges]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ..., acked: _Optional[_Mapping[str, _markers_pb2.OriginRanges]] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
     __slots__ = ("stream",)
@@ -186,7 +205,7 @@ class WatchSubscriptionRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class WatchSubscriptionResponse(_message.Message):
-    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in")
+    __slots__ = ("stream", "subscription", "kind", "replicated", "mark_delete", "last_snapshot_id", "last_snapshot_local", "last_update_sent_unix_ms", "applied", "cached_snapshots", "mark_delete_read_unix_ms", "progress", "failover_exposure", "progress_sent", "progress_sent_position", "receives_markers", "consumed_in", "acked")
     class ProgressEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +220,13 @@ class WatchSubscriptionResponse(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class AckedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _markers_pb2.OriginRanges
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_markers_pb2.OriginRanges, _Mapping]] = ...) -> None: ...
     STREAM_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +244,7 @@ class WatchSubscriptionResponse(_message.Message):
     PROGRESS_SENT_POSITION_FIELD_NUMBER: _ClassVar[int]
     RECEIVES_MARKERS_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_IN_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     kind: str
@@ -235,7 +262,8 @@ class WatchSubscriptionResponse(_message.Message):
     progress_sent_position: int
     receives_markers: bool
     consumed_in: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ...) -> None: ...
+    acked: _containers.MessageMap[str, _markers_pb2.OriginRanges]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., kind: _Optional[str] = ..., replicated: _Optional[bool] = ..., mark_delete: _Optional[int] = ..., last_snapshot_id: _Optional[str] = ..., last_snapshot_local: _Optional[int] = ..., last_update_sent_unix_ms: _Optional[int] = ..., applied: _Optional[_Iterable[_Union[AppliedUpdate, _Mapping]]] = ..., cached_snapshots: _Optional[int] = ..., mark_delete_read_unix_ms: _Optional[int] = ..., progress: _Optional[_Mapping[str, int]] = ..., failover_exposure: _Optional[int] = ..., progress_sent: _Optional[_Mapping[str, int]] = ..., progress_sent_position: _Optional[int] = ..., receives_markers: _Optional[bool] = ..., consumed_in: _Optional[_Iterable[str]] = ..., acked: _Optional[_Mapping[str, _markers_pb2.OriginRanges]] = ...) -> None: ...
 
 class CommitCursorRequest(_message.Message):
     __slots__ = ("stream", "subscription", "sequence")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15rsub/v1/markers.proto\x12\x07rsub.v1\"<\n\nSnapshotId\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0f\n\x07\x63ounter\x18\x03 \x01(\x04\"S\n\x0fSnapshotRequest\x12\x1f\n\x02id\x18\x01 \x01(\x0b\x32\x13.rsub.v1.SnapshotId\x12\r\n\x05round\x18\x02 \x01(\r\x12\x10\n\x08\x63\x61tch_up\x18\x03 \x01(\x08\"T\n\x10SnapshotResponse\x12\x1f\n\x02id\x18\x01 \x01(\x0b\x32\x13.rsub.v1.SnapshotId\x12\r\n\x05round\x18\x02 \x01(\r\x12\x10\n\x08position\x18\x03 \x01(\x04\"\xf0\x01\n\x11\x43ompletedSnapshot\x12\x1f\n\x02id\x18\x01 \x01(\x0b\x32\x13.rsub.v1.SnapshotId\x12\x16\n\x0elocal_position\x18\x02 \x01(\x04\x12<\n\tpositions\x18\x03 \x03(\x0b\x32).rsub.v1.CompletedSnapshot.PositionsEntry\x12\x17\n\x0fstarted_unix_ms\x18\x04 \x01(\x03\x12\x19\n\x11\x63ompleted_unix_ms\x18\x05 \x01(\x03\x1a\x30\n\x0ePositionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xb2\x03\n\x12SubscriptionUpdate\x12\x14\n\x0csubscription\x18\x01 \x01(\t\x12\'\n\x04kind\x18\x02 \x01(\x0e\x32\x19.rsub.v1.SubscriptionKind\x12(\n\x0bsnapshot_id\x18\x03 \x01(\x0b\x32\x13.rsub.v1.SnapshotId\x12\x16\n\x0elocal_position\x18\x04 \x01(\x04\x12=\n\tpositions\x18\x05 \x03(\x0b\x32*.rsub.v1.SubscriptionUpdate.PositionsEntry\x12\x0e\n\x06\x63onfig\x18\x06 \x01(\x0c\x12;\n\x08progress\x18\x07 \x03(\x0b\x32).rsub.v1.SubscriptionUpdate.ProgressEntry\x12\x19\n\x11progress_position\x18\x08 \x01(\x04\x12\x11\n\tconsuming\x18\t \x01(\x08\x1a\x30\n\x0ePositionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rProgressEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xfa\x01\n\x06Marker\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12+\n\x07request\x18\n \x01(\x0b\x32\x18.rsub.v1.SnapshotRequestH\x00\x12-\n\x08response\x18\x0b \x01(\x0b\x32\x19.rsub.v1.SnapshotResponseH\x00\x12.\n\x08snapshot\x18\x0c \x01(\x0b\x32\x1a.rsub.v1.CompletedSnapshotH\x00\x12-\n\x06update\x18\r \x01(\x0b\x32\x1b.rsub.v1.SubscriptionUpdateH\x00\x42\x06\n\x04\x62ody*t\n\x10SubscriptionKind\x12!\n\x1dSUBSCRIPTION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19SUBSCRIPTION_KIND_DURABLE\x10\x01\x12\x1e\n\x1aSUBSCRIPTION_KIND_EXTERNAL\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15rsub/v1/markers.proto\x12\x07rsub.v1\"<\n\nSnapshotId\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0f\n\x07\x63ounter\x18\x03 \x01(\x04\"S\n\x0fSnapshotRequest\x12\x1f\n\x02id\x18\x01 \x01(\x0b\x32\x13.rsub.v1.SnapshotId\x12\r\n\x05round\x18\x02 \x01(\r\x12\x10\n\x08\x63\x61tch_up\x18\x03 \x01(\x08\"T\n\x10SnapshotResponse\x12\x1f\n\x02id\x18\x01 \x01(\x0b\x32\x13.rsub.v1.SnapshotId\x12\r\n\x05round\x18\x02 \x01(\r\x12\x10\n\x08position\x18\x03 \x01(\x04\"\xf0\x01\n\x11\x43ompletedSnapshot\x12\x1f\n\x02id\x18\x01 \x01(\x0b\x32\x13.rsub.v1.SnapshotId\x12\x16\n\x0elocal_position\x18\x02 \x01(\x04\x12<\n\tpositions\x18\x03 \x03(\x0b\x32).rsub.v1.CompletedSnapshot.PositionsEntry\x12\x17\n\x0fstarted_unix_ms\x18\x04 \x01(\x03\x12\x19\n\x11\x63ompleted_unix_ms\x18\x05 \x01(\x03\x1a\x30\n\x0ePositionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xae\x04\n\x12SubscriptionUpdate\x12\x14\n\x0csubscription\x18\x01 \x01(\t\x12\'\n\x04kind\x18\x02 \x01(\x0e\x32\x19.rsub.v1.SubscriptionKind\x12(\n\x0bsnapshot_id\x18\x03 \x01(\x0b\x32\x13.rsub.v1.SnapshotId\x12\x16\n\x0elocal_position\x18\x04 \x01(\x04\x12=\n\tpositions\x18\x05 \x03(\x0b\x32*.rsub.v1.SubscriptionUpdate.PositionsEntry\x12\x0e\n\x06\x63onfig\x18\x06 \x01(\x0c\x12;\n\x08progress\x18\x07 \x03(\x0b\x32).rsub.v1.SubscriptionUpdate.ProgressEntry\x12\x19\n\x11progress_position\x18\x08 \x01(\x04\x12\x11\n\tconsuming\x18\t \x01(\x08\x12\x35\n\x05\x61\x63ked\x18\n \x03(\x0b\x32&.rsub.v1.SubscriptionUpdate.AckedEntry\x1a\x30\n\x0ePositionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rProgressEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a\x43\n\nAckedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12$\n\x05value\x18\x02 \x01(\x0b\x32\x15.rsub.v1.OriginRanges:\x02\x38\x01\"\x1e\n\x0cOriginRanges\x12\x0e\n\x06\x62ounds\x18\x01 \x03(\x04\"\xfa\x01\n\x06Marker\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12+\n\x07request\x18\n \x01(\x0b\x32\x18.rsub.v1.SnapshotRequestH\x00\x12-\n\x08response\x18\x0b \x01(\x0b\x32\x19.rsub.v1.SnapshotResponseH\x00\x12.\n\x08snapshot\x18\x0c \x01(\x0b\x32\x1a.rsub.v1.CompletedSnapshotH\x00\x12-\n\x06update\x18\r \x01(\x0b\x32\x1b.rsub.v1.SubscriptionUpdateH\x00\x42\x06\n\x04\x62ody*t\n\x10SubscriptionKind\x12!\n\x1dSUBSCRIPTION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19SUBSCRIPTION_KIND_DURABLE\x10\x01\x12\x1e\n\x1aSUBSCRIPTION_KIND_EXTERNAL\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,8 +37,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBSCRIPTIONUPDATE_POSITIONSENTRY']._serialized_options = b'8\001'
   _globals['_SUBSCRIPTIONUPDATE_PROGRESSENTRY']._loaded_options = None
   _globals['_SUBSCRIPTIONUPDATE_PROGRESSENTRY']._serialized_options = b'8\001'
-  _globals['_SUBSCRIPTIONKIND']._serialized_start=1200
-  _globals['_SUBSCRIPTIONKIND']._serialized_end=1316
+  _globals['_SUBSCRIPTIONUPDATE_ACKEDENTRY']._loaded_options = None
+  _globals['_SUBSCRIPTIONUPDATE_ACKEDENTRY']._serialized_options = b'8\001'
+  _globals['_SUBSCRIPTIONKIND']._serialized_start=1356
+  _globals['_SUBSCRIPTIONKIND']._serialized_end=1472
   _globals['_SNAPSHOTID']._serialized_start=34
   _globals['_SNAPSHOTID']._serialized_end=94
   _globals['_SNAPSHOTREQUEST']._serialized_start=96
@@ -50,11 +52,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMPLETEDSNAPSHOT_POSITIONSENTRY']._serialized_start=460
   _globals['_COMPLETEDSNAPSHOT_POSITIONSENTRY']._serialized_end=508
   _globals['_SUBSCRIPTIONUPDATE']._serialized_start=511
-  _globals['_SUBSCRIPTIONUPDATE']._serialized_end=945
+  _globals['_SUBSCRIPTIONUPDATE']._serialized_end=1069
   _globals['_SUBSCRIPTIONUPDATE_POSITIONSENTRY']._serialized_start=460
   _globals['_SUBSCRIPTIONUPDATE_POSITIONSENTRY']._serialized_end=508
-  _globals['_SUBSCRIPTIONUPDATE_PROGRESSENTRY']._serialized_start=898
-  _globals['_SUBSCRIPTIONUPDATE_PROGRESSENTRY']._serialized_end=945
-  _globals['_MARKER']._serialized_start=948
-  _globals['_MARKER']._serialized_end=1198
+  _globals['_SUBSCRIPTIONUPDATE_PROGRESSENTRY']._serialized_start=953
+  _globals['_SUBSCRIPTIONUPDATE_PROGRESSENTRY']._serialized_end=1000
+  _globals['_SUBSCRIPTIONUPDATE_ACKEDENTRY']._serialized_start=1002
+  _globals['_SUBSCRIPTIONUPDATE_ACKEDENTRY']._serialized_end=1069
+  _globals['_ORIGINRANGES']._serialized_start=1071
+  _globals['_ORIGINRANGES']._serialized_end=1101
+  _globals['_MARKER']._serialized_start=1104
+  _globals['_MARKER']._serialized_end=1354
 # @@protoc_insertion_point(module_scope)

@@ -2,7 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -68,7 +68,7 @@ class CompletedSnapshot(_message.Message):
     def __init__(self, id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., started_unix_ms: _Optional[int] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...
 
 class SubscriptionUpdate(_message.Message):
-    __slots__ = ("subscription", "kind", "snapshot_id", "local_position", "positions", "config", "progress", "progress_position", "consuming")
+    __slots__ = ("subscription", "kind", "snapshot_id", "local_position", "positions", "config", "progress", "progress_position", "consuming", "acked")
     class PositionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,13 @@ class SubscriptionUpdate(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class AckedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: OriginRanges
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[OriginRanges, _Mapping]] = ...) -> None: ...
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +99,7 @@ class SubscriptionUpdate(_message.Message):
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_POSITION_FIELD_NUMBER: _ClassVar[int]
     CONSUMING_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
     subscription: str
     kind: SubscriptionKind
     snapshot_id: SnapshotId
@@ -101,7 +109,14 @@ class SubscriptionUpdate(_message.Message):
     progress: _containers.ScalarMap[str, int]
     progress_position: int
     consuming: bool
-    def __init__(self, subscription: _Optional[str] = ..., kind: _Optional[_Union[SubscriptionKind, str]] = ..., snapshot_id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., config: _Optional[bytes] = ..., progress: _Optional[_Mapping[str, int]] = ..., progress_position: _Optional[int] = ..., consuming: _Optional[bool] = ...) -> None: ...
+    acked: _containers.MessageMap[str, OriginRanges]
+    def __init__(self, subscription: _Optional[str] = ..., kind: _Optional[_Union[SubscriptionKind, str]] = ..., snapshot_id: _Optional[_Union[SnapshotId, _Mapping]] = ..., local_position: _Optional[int] = ..., positions: _Optional[_Mapping[str, int]] = ..., config: _Optional[bytes] = ..., progress: _Optional[_Mapping[str, int]] = ..., progress_position: _Optional[int] = ..., consuming: _Optional[bool] = ..., acked: _Optional[_Mapping[str, OriginRanges]] = ...) -> None: ...
+
+class OriginRanges(_message.Message):
+    __slots__ = ("bounds",)
+    BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    bounds: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, bounds: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Marker(_message.Message):
     __slots__ = ("region", "stream", "epoch", "request", "response", "snapshot", "update")
