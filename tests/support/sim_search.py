@@ -24,5 +24,6 @@ def caught(
         result = run_shell(seed, params(seed), **run)
         if result.violation is not None:
             assert result.violation.startswith(symptom), result.report()
+            print(f"caught {what} at seed {seed} of {budget}: {result.violation[:60]}")
             return
     pytest.fail(f"{what} not caught in {budget} seeds")
