@@ -238,7 +238,8 @@ class PositionReader:
                     )
                 continue
             consumers.append(position_of(info, last_seq))
-        # `last_seq` was read before the listing, and so before the scan, as it must be.
+        # `last_seq` (and `first_seq`) were read before the listing, and so before the scan,
+        # as they must be.
         effective = await self._effective.read(
             port,
             {
@@ -247,6 +248,7 @@ class PositionReader:
                 if c.replicated and c.mark_delete < last_seq  # at its ack floor: data pending
             },
             last_seq,
+            int(stream_info["state"].get("first_seq", 0)),
         )
         consumers = [
             replace(c, mark_delete=effective.get(c.name, c.mark_delete)) for c in consumers

@@ -83,9 +83,12 @@ class EffectivePositions:
         self._scans: dict[str, _Scan] = {}
 
     async def read(
-        self, port: JetStreamPort, floors: Mapping[str, Floor], last_seq: int
+        self, port: JetStreamPort, floors: Mapping[str, Floor], last_seq: int, first_seq: int = 0
     ) -> dict[str, int]:
         """The effective position of every reader; `last_seq` MUST be read before this call.
+        With `first_seq` (the stream's first sequence, read before too; 0: not given), a
+        reader whose next message was removed since (limits, a purge) stands over the gap:
+        it can never deliver a message below `first_seq`, so the scan goes on from there.
 
         Safety: `last_seq` was read first, so every message at or below it was stored before
         the scan looks; a scan finding none its reader delivers in (floor, last_seq]
@@ -103,6 +106,12 @@ class EffectivePositions:
             if scan is None or scan.floor != floor:
                 # A reader of every message delivers the one right after its floor.
                 scan = self._scans[name] = _Scan(floor, floor.seq, done=not floor.filters)
+            if scan.clear_to + 1 < min(first_seq, last_seq + 1):
+                # The message it was to deliver next is gone: a paused or idle durable's floor
+                # stays put, and without this its position would stay below the removed ones
+                # (shell simulation, `make soak` seed 559096701612: a returned region's
+                # hold waited for a position only removals could give).
+                scan.clear_to, scan.done = first_seq - 1, False
             if not scan.done and scan.clear_to < last_seq:
                 found = await first_delivered(
                     port, self._stream, scan.clear_to + 1, floor.filters, timeout_s=self._timeout

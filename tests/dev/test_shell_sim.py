@@ -514,7 +514,7 @@ def test_every_kind_of_chaos_really_happens() -> None:
     keep every property, and summed over them each kind of chaos, edge and protocol step
     really happened (returns and holds: tests/dev/test_shell_failback.py's `_passes`)."""
     totals: Counter[str] = Counter()
-    runs = [(s, _everything(s)) for s in (0, 1, 3, 5)]
+    runs = [(s, _everything(s)) for s in (0, 1, 3, 5, 6)]
     runs.append((2, _outages(2)))
     for seed, params in runs:
         result = run_shell(seed, params)

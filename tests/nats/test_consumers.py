@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -179,6 +180,27 @@ async def test_an_effective_floor_never_reaches_past_last_seq(
     assert await positions.read(port, {"d": Floor(1, filters)}, 5) == {"d": 4}
     assert positions.known("d", Floor(1, filters), 9) == 4
     assert positions.known("d", Floor(1, filters[:1]), 9) == 1  # other filters: not known
+
+
+async def test_a_paused_durable_stands_over_messages_removed_after_its_floor(
+    port: JetStreamPort, js: JetStreamContext, stream: str
+) -> None:
+    """Its floor stays put (paused: a returned region's hold), the messages after it are
+    removed by the stream's limits (which move no floor over messages never delivered): it
+    can deliver none of them, so its position passes them once they are gone, though a read
+    before learnt the next one was there (`make soak` seed 559096701612,
+    tests/dev/test_shell_failback.py)."""
+    await publish(js, stream, data=6, markers=0)  # data 1-6
+    sub = await durable(js, stream, "d")
+    await consume(sub, 2)
+    reader = reader_of(stream)
+    [position] = (await reader.read(port)).consumers
+    assert position.mark_delete == 2  # 3 is next: data pending
+    config = (await js.stream_info(stream)).config
+    await js.update_stream(dataclasses.replace(config, max_msgs=2))
+    await publish(js, stream, data=1, markers=0)  # 7: the stream keeps 6-7
+    [position] = (await reader.read(port)).consumers
+    assert (position.ack_floor, position.mark_delete) == (2, 5)
 
 
 async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
