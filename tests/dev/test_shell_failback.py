@@ -578,3 +578,17 @@ def test_the_shell_world_catches_removals_forgotten_under_a_paused_durable() -> 
     result = run_shell(559096701612, _seed_559096701612())
     assert result.violation is not None, result.report()
     assert result.violation.startswith("failback liveness:"), result.report()
+
+
+def test_soak_seed_55647414837_a_replica_just_woken_reports_as_of_its_clock() -> None:
+    """Found by `make soak` (seed 55647414837): a replica of r2 frozen 3.6 s woke and, before
+    its next tick, reported r0 consuming from signs of more than a window before the world's
+    time, though within the window of its own clock. What a machine reports is judged as of
+    the time it last heard (its next tick, an interval at most, brings it up to date); the
+    checker judged it at the world's time. A checker fix: the report is the product's as
+    documented (docs/protocol.md §8)."""
+    rng = random.Random(55647414837 ^ 0x5E11)
+    params = ShellParams.draw(rng).with_failback(rng)
+    assert params.freezes and params.regions == 3
+    result = run_shell(55647414837, params)
+    assert result.violation is None, result.report()

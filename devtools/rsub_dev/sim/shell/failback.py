@@ -478,7 +478,10 @@ class Failback:
                 view = machine.subscription(name)
                 if view is None:
                     continue
-                since = now - machine.config.active_window_ms - slack
+                # As of the machine's own clock: one just woken from a pause reports what
+                # it knew when it last heard the clock, until its next tick (`make soak`
+                # seed 55647414837: a replica woken after 3.6 s, one interval stale).
+                since = min(now, machine._now) - machine.config.active_window_ms - slack
                 for r in view.consumed_in:
                     signed = (
                         self._local_sign_ms.get((machine, name))
