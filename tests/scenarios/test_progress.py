@@ -10,6 +10,7 @@ from functools import partial
 import grpc
 import pytest
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 
 from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, read_stored, wait_until
@@ -63,6 +64,18 @@ async def progress_in(runtime: Service, progress: dict[str, int]) -> bool:
     return dict(state.progress) == progress and state.failover_exposure >= 0
 
 
+async def heard_from_every_region(js: JetStreamContext, vs: VirtualStream, region: str) -> None:
+    """Wait until `region`'s read stream has heard from every source (`active` not -1)."""
+
+    async def heard() -> bool:
+        sources = (await js.stream_info(vs.read_stream(region))).sources or []
+        return len(sources) == len(vs.regions) and all(
+            s.active is not None and s.active >= 0 for s in sources
+        )
+
+    await wait_until(heard, f"{region}'s read stream to hear from every region", DEADLINE_S)
+
+
 async def floor_reaches_the_data_end(nc: Client, vs: VirtualStream, region: str) -> None:
     """Wait until the durable in `region` (`nc`'s) stands at or past the last data message."""
 
@@ -85,6 +98,12 @@ async def test_progress_moves_the_durable_while_no_snapshot_can_complete(
         js = {r: c.jetstream() for r, c in nc.items()}
         west, east = running["west"], running["east"]
         await create_durable(js["west"], vs, "west", DURABLE)
+        # Every read stream hears from every region first: a read stream that never heard
+        # from one (cut before its first contact) looks like a region back from a loss, and
+        # its durables would be held (the failback guard, docs/protocol.md §7; this test
+        # failed so once in CI, the cut landing before the sources' first heartbeat).
+        for region in ("west", "east"):
+            await heard_from_every_region(js[region], vs, region)
         # Central is cut off before any data: no snapshot of west can ever complete.
         for other in ("west", "east"):
             await cluster.cut_link("central", other)
