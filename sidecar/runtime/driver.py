@@ -89,9 +89,10 @@ class StreamDriver:
         # the machine, and whether a signal said positions moved.
         self._told_seq = 0
         self._moved = False
-        self._acked: dict[str, tuple[int, list[int]]] = {}
-        """Per consumer acked here since the last read: when last (the handles' clock), and
-        the sequences settled."""
+        # Per consumer acked here since the last read: the sequences settled, and when the
+        # last was heard (the handles' clock).
+        self._acked: dict[str, list[int]] = {}
+        self._acked_ms: dict[str, int] = {}
         self._needs = Needs(None, signals=False)  # the machine's, after its last job
         self._steps = 0  # jobs applied
         self._observed = -1  # `_steps` when the observer last looked at the machine
@@ -128,13 +129,8 @@ class StreamDriver:
     def acked(self, consumer: str, stream_seq: int) -> None:
         """An application acked `consumer`'s message at `stream_seq` here: told to the
         machine with the next read (`PositionsListing.acked`)."""
-        now = self._handles.clock()
-        heard = self._acked.get(consumer)
-        if heard is None:
-            self._acked[consumer] = (now, [stream_seq])
-        else:
-            heard[1].append(stream_seq)
-            self._acked[consumer] = (now, heard[1])
+        self._acked.setdefault(consumer, []).append(stream_seq)
+        self._acked_ms[consumer] = self._handles.clock()
 
     async def read_positions(self) -> PositionsListing:
         """Durables and external cursors read again (see `LocalSubscriptions.read`), with
@@ -148,7 +144,8 @@ class StreamDriver:
         if not self._acked:
             return listing
         heard, self._acked = self._acked, {}
-        acked = {name: Acks(ms, tuple(seqs)) for name, (ms, seqs) in heard.items()}
+        acked = {name: Acks(self._acked_ms[name], tuple(seqs)) for name, seqs in heard.items()}
+        self._acked_ms.clear()
         return replace(listing, acked=acked)
 
     # ---- the loops ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ leader), so placement itself is checked by the end-to-end tests on `cluster2`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,3 +39,12 @@ def stopped_server(tmp_path: Path) -> Iterator[LoneServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def stream(js: JetStreamContext) -> str:
+    """A plain stream of its own, `<name>.>` (a test file with a stream of another shape
+    defines its own)."""
+    name = f"P{uuid.uuid4().hex[:8]}"
+    await js.add_stream(name=name, subjects=[f"{name}.>"], max_consumers=10)
+    return name

@@ -25,13 +25,6 @@ from tests.support.nats_servers import LoneServer
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-async def stream(js: JetStreamContext) -> str:
-    name = f"P{uuid.uuid4().hex[:8]}"
-    await js.add_stream(name=name, subjects=[f"{name}.>"], max_consumers=10)
-    return name
-
-
 async def take(messages: AsyncGenerator[StoredMessage, None], n: int) -> list[StoredMessage]:
     taken: list[StoredMessage] = []
     async with contextlib.aclosing(messages):

@@ -18,13 +18,6 @@ from sidecar.nats import stream_reader
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-async def stream(js: JetStreamContext) -> str:
-    name = f"T{uuid.uuid4().hex[:8]}"
-    await js.add_stream(name=name, subjects=[f"{name}.>"], max_consumers=10)
-    return name
-
-
 async def take(tail: AsyncGenerator[Msg, None], n: int) -> list[int]:
     seqs: list[int] = []
     async for msg in tail:
