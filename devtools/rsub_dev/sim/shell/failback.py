@@ -20,7 +20,7 @@ Checked as it goes (`Failback`), for each durable:
 - no healthy hold, as a pause lands: the guard's pause (any but a move's) lands only in a
   region that returned;
 - failback liveness, every interval: `a`'s durable is not held longer than
-  `failback_window_ms` after sourcing between `a` and every other region resumed (and the
+  `release_window_ms` after sourcing between `a` and every other region resumed (and the
   hold landed), nor longer than its deadline (`hold_ms`) whatever happens;
 - consumed in, every input and interval: a region is reported consuming (`Update.consuming`,
   `consumed_in`) only after an application consumed the durable there: a machine's own sign
@@ -380,7 +380,7 @@ class Failback:
                     f"deadline of {p.hold_ms} ms"
                 )
             caught_up = self._caught_up_ms
-            if caught_up is not None and now > max(caught_up, since) + p.failback_window_ms:
+            if caught_up is not None and now > max(caught_up, since) + p.release_window_ms:
                 raise world.fail(
                     f"failback liveness: {name} in {region} held since {since} ms, though "
                     f"sourcing with every region resumed at {caught_up} ms"

@@ -142,6 +142,16 @@ class ShellParams:
         )
 
     @property
+    def release_window_ms(self) -> int:
+        """`failback_window_ms`, and where write streams have limits ten intervals more: a
+        catch-up request written while sourcing was down may expire from the write stream
+        before any link carries it, and is asked again ten intervals later (docs/protocol.md
+        §7; `make soak` seed 820359220701). Only the check uses it: the run's length stays
+        as drawn."""
+        limited = self.write_max_age_ms or self.write_max_msgs
+        return self.failback_window_ms + (10 * self.interval_ms if limited else 0)
+
+    @property
     def produce_until_ms(self) -> int:
         if self.healed:  # on into the healed end, for its liveness to be seen
             return max(self.run_ms - self.vector_window_ms - self.lease_ttl_ms, self.heal_at_ms)
