@@ -165,7 +165,7 @@ class StreamMachine:
         self._return: _Return | None = None
         self._owed: list[Response] = []
         self._active_until = 0  # when the last region counting as consuming stops counting
-        self._first_seq = 0  # the read stream's first sequence as last listed
+        self._first_seq = 0  # the read stream's first sequence as last read (listing, move)
 
     @classmethod
     def restore(
@@ -338,17 +338,25 @@ class StreamMachine:
         return out + self.tick(now_ms)
 
     def action_done(
-        self, action: SubscriptionAction, mark_delete: int, done_ms: int = 0
+        self,
+        action: SubscriptionAction,
+        mark_delete: int,
+        done_ms: int = 0,
+        *,
+        first_seq: int = 0,
     ) -> list[Output]:
         """The runtime carried out a move or creation this machine asked for; `mark_delete`
         is the subscription's position as the runtime read it back (below `ack_floor` when
         the runtime left a consumer alone that had delivered up to it already), at `done_ms`
-        on the machine's clock (0: not known)."""
+        on the machine's clock (0: not known), and `first_seq` the read stream's first
+        sequence read after it (0: not known): a purge or the stream's limits move the floor
+        to `first_seq - 1` at most, which is no consumption (docs/protocol.md §8)."""
         sub = self._subs.get(action.subscription)
         if sub is None:
             return []
         sub.moving = False
         sub.exists = True
+        self._first_seq = max(self._first_seq, first_seq)
         if self._leader and not self._away(done_ms) and self._consumed_here(sub, mark_delete):
             # Read back beyond the move's target over data: its consumers passed it while
             # the move was under way (taken as is, the next read would not see it).
