@@ -983,7 +983,17 @@ class StreamMachine:
                 done.append(name)
             elif name not in held.needed and sub.mark_delete is not None:
                 held.needed[name] = max(sub.mark_delete, self._called_for(sub))
-        return self._release(done)
+        released = self._release(done)
+        # A durable that reached `needed` was asked no move since (an update applied
+        # meanwhile included): what is called for now goes before its release, which then
+        # lands once the move's outcome is in (`make soak` seed 31537660956: asked only at
+        # the read after, the released durable delivered what that update said was consumed).
+        moves: list[Output] = []
+        for name in done:
+            sub = self._subs.get(name)
+            if sub is not None:
+                self._reconcile(name, sub, moves)
+        return moves + released
 
     def _called_for(self, sub: _Sub) -> int:
         """The furthest position an applied update or the merged progress calls `sub` to."""

@@ -25,6 +25,7 @@ from sidecar.protocol import (
     ReleaseConsumer,
     Request,
     Response,
+    SnapshotId,
     StreamMachine,
     SubscriptionInfo,
     SubscriptionKind,
@@ -243,11 +244,34 @@ def test_a_region_still_consuming_does_not_keep_the_hold() -> None:
     a.action_done(MoveConsumer("d", 10), 10)
     a.interval(1_900, 16)
     out = a.read_done(listing(a, 10, {"b": 50}))
-    assert ReleaseConsumer("d") in out and a.held == 0
-    assert not [o for o in out if isinstance(o, MoveConsumer)]
-    # Released, it follows b's progress again (a move under its own pause).
-    a.interval(2_000, 16)
-    assert MoveConsumer("d", 12) in a.read_done(listing(a, 10, {"b": 50}))
+    # Released at this read; what b's later progress calls for goes first (under the hold).
+    actions = [o for o in out if isinstance(o, MoveConsumer | ReleaseConsumer)]
+    assert actions == [MoveConsumer("d", 12), ReleaseConsumer("d")] and a.held == 0
+
+
+def test_an_update_applied_once_the_durable_reached_the_progress_is_carried_out_at_release() -> (
+    None
+):
+    """The durable reached what the progress called for once every region answered, so no
+    move is asked before its release; b's snapshot update naming a's position 12 arrives
+    then. The release read asks that move first: asked at the read after, it came too late
+    (`make soak` seed 31537660956, applied: the released durable delivered what the update
+    said was consumed, tests/dev/test_shell_failback.py)."""
+    a, update, response = answered(10)
+    markers_at(a, 11, 12, 13)
+    a.marker_seen(14, update)
+    a.marker_seen(15, response)
+    a.interval(1_800, 15)
+    assert MoveConsumer("d", 10) in a.read_done(listing(a, 0, {"b": 50}))
+    a.action_done(MoveConsumer("d", 10), 10)
+    snapshot = SnapshotId("b", 1, 1)
+    later = Update("d", SubscriptionKind.DURABLE, snapshot, 12, {"a": 12}, b"cfg-d")
+    out = a.marker_seen(16, Marker("b", STREAM, 1, later))
+    assert not [o for o in out if isinstance(o, MoveConsumer)]  # reached `needed`: held
+    a.interval(1_900, 16)
+    out = a.read_done(listing(a, 10, {"b": 50}))
+    actions = [o for o in out if isinstance(o, MoveConsumer | ReleaseConsumer)]
+    assert actions == [MoveConsumer("d", 12), ReleaseConsumer("d")] and a.held == 0
 
 
 def test_with_three_regions_every_other_region_must_answer() -> None:
