@@ -91,6 +91,8 @@ class Positions:
     leader_since_ms: int | None = None
     # The stream's first sequence, read with `last_seq` (0: not reported).
     first_seq: int = 0
+    # When the stream was created (Unix ms; None when not reported).
+    created_ms: int | None = None
 
 
 def _removes_by_itself(config: Mapping[str, Any]) -> bool:
@@ -102,8 +104,19 @@ def _removes_by_itself(config: Mapping[str, Any]) -> bool:
 
 def leader_since_ms(info: Mapping[str, Any]) -> int | None:
     """From `STREAM.INFO`: when the stream's leader was elected (`cluster.leader_since`,
-    RFC 3339 with nanoseconds), in Unix ms; None when the server does not say."""
-    since = (info.get("cluster") or {}).get("leader_since")
+    RFC 3339 with nanoseconds), in Unix ms; None when the server does not say (a stream of
+    one replica)."""
+    return _unix_ms((info.get("cluster") or {}).get("leader_since"))
+
+
+def created_ms(info: Mapping[str, Any]) -> int | None:
+    """From `STREAM.INFO`: when the stream was created (`created`), in Unix ms; None when
+    the server does not say."""
+    return _unix_ms(info.get("created"))
+
+
+def _unix_ms(since: object) -> int | None:
+    """An RFC 3339 time with nanoseconds, in Unix ms (None when it is not one)."""
     if not isinstance(since, str):
         return None
     # Python before 3.12 reads at most six digits of a fraction.
@@ -278,6 +291,7 @@ class PositionReader:
             sources_heard(stream_info),
             leader_since_ms(stream_info),
             first_seq,
+            created_ms(stream_info),
         )
 
     async def _list(self, port: JetStreamPort) -> tuple[list[dict[str, Any]], list[str]]:

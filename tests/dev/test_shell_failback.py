@@ -58,6 +58,25 @@ def _silent(seed: int) -> ShellParams:
     return dataclasses.replace(p, silent=True, hold_ms=hold_ms, run_ms=run_ms)
 
 
+def _fresh(seed: int) -> ShellParams:
+    """A first deployment with the last of three regions down: cut off before its streams
+    exist (the others' read streams never hear from it), its sidecars started when it comes
+    back 3 to 5 s later; the first leaders of every stream elected with it."""
+    rng = random.Random(seed)
+    return ShellParams(
+        regions=3,
+        interval_ms=rng.choice([100, 200]),
+        max_delay_ms=rng.choice([0, 2, 5]),
+        link_delay_ms=rng.choice([5, 30]),
+        failover_ms=0,
+        outage_at_ms=0,
+        outage_ms=rng.randint(3_000, 5_000),
+        run_ms=10_000,
+        calm_ms=3_000,
+        replicas=rng.choice([1, 2]),
+    )
+
+
 def _both(seed: int) -> ShellParams:
     """Both regions consuming at once after the return, intervals long enough for the
     report's bound to fall within the window."""
@@ -120,6 +139,18 @@ def _passes(seed: int, p: ShellParams) -> None:
         assert result.stats["both_reported_checked"] > 0, result.report()
 
 
+def test_a_fresh_deployment_with_a_region_down_holds_nothing() -> None:
+    """Every read stream is new and one region is down from the start: the live regions'
+    streams never heard from it, their leaders are recent, and the guard held their
+    durables until its deadline (no healthy hold); their leaders are the streams' first, so
+    no region returned (docs/protocol.md §7)."""
+    for seed in range(SEEDS):
+        result = run_shell(seed, _fresh(seed))
+        assert result.violation is None, result.report()
+        assert result.stats["outages"] == 1 and result.stats["consumed"] > 0
+        assert "holds" not in result.stats, result.report()
+
+
 def test_drawn_runs_include_returns() -> None:
     """`run_shell`'s own draw gives some runs a return (and `make soak` runs them)."""
     drawn = [run_shell_params(seed) for seed in range(30)]
@@ -137,8 +168,16 @@ def run_shell_params(seed: int) -> ShellParams:
 class NeverHolds(StreamMachine):
     """The guard that never holds: a returned region delivers what others consumed."""
 
-    def _check_return(self, sources: Any, leader_age_ms: int | None) -> list[Output]:
+    def _check_return(self, listing: PositionsListing) -> list[Output]:
         return []
+
+
+class TakesAFreshStreamForAReturn(StreamMachine):
+    """The guard before fresh streams were told apart: a stream's first leader, recent,
+    with a region never heard from, is taken for a return."""
+
+    def _check_return(self, listing: PositionsListing) -> list[Output]:
+        return super()._check_return(dataclasses.replace(listing, stream_age_ms=None))
 
 
 class ReleasesAtOnce(StreamMachine):
@@ -192,8 +231,13 @@ class HoldsWhereverItLeads(StreamMachine):
     regions' leaders hold (from the start, and the last region's restarted sidecars at the
     return)."""
 
-    def _check_return(self, sources: Any, leader_age_ms: int | None) -> list[Output]:
-        return super()._check_return({r: None for r in self._others}, None)
+    def _check_return(self, listing: PositionsListing) -> list[Output]:
+        everyone_unheard = {r: None for r in self._others}
+        return super()._check_return(
+            dataclasses.replace(
+                listing, sources=everyone_unheard, leader_age_ms=None, stream_age_ms=None
+            )
+        )
 
 
 class IgnoresOthersConsuming(StreamMachine):
@@ -211,6 +255,7 @@ class IgnoresOthersConsuming(StreamMachine):
         (NeverReleases, _back, "failback liveness:"),
         (IgnoresTheDeadline, _silent, "failback expiry:"),
         (HoldsWhereverItLeads, _back, "no healthy hold:"),
+        (TakesAFreshStreamForAReturn, _fresh, "no healthy hold:"),
         (CountsOwnMoves, _lost_replies, "consumed in:"),
         (CountsFollowerReads, _followers, "consumed in:"),
         (IgnoresOthersConsuming, _both, "consumed in:"),

@@ -59,6 +59,7 @@ def listing(
     sources: Mapping[str, int | None],
     subs: Mapping[str, SubscriptionInfo] = DURABLE,
     leader_age_ms: int | None = None,
+    stream_age_ms: int | None = None,
 ) -> PositionsListing:
     return PositionsListing(
         m.generation,
@@ -68,6 +69,7 @@ def listing(
         follows_end=False,
         sources=sources,
         leader_age_ms=leader_age_ms,
+        stream_age_ms=stream_age_ms,
     )
 
 
@@ -78,11 +80,12 @@ def lead(
     now: int = 1_000,
     subs: Mapping[str, SubscriptionInfo] = DURABLE,
     leader_age_ms: int | None = None,
+    stream_age_ms: int | None = None,
 ) -> list[Output]:
     """Leadership, and the first listing a leader reads."""
     m.became_leader(1)
     assert reads(m.interval(now, 12)) == [ReadReason.LEADERSHIP]
-    return m.read_done(listing(m, position, sources, subs, leader_age_ms))
+    return m.read_done(listing(m, position, sources, subs, leader_age_ms, stream_age_ms))
 
 
 def reads(outputs: Sequence[Output]) -> list[ReadReason]:
@@ -385,6 +388,32 @@ def test_a_stream_whose_leader_is_older_than_the_hold_is_not_returning() -> None
     regions = ("a", "b", "c")
     out = lead(machine("a", regions), 0, {"b": 200, "c": None}, leader_age_ms=HOLD_MS)
     assert not [o for o in out if isinstance(o, HoldConsumer)]
+
+
+@pytest.mark.parametrize(
+    ("leader_age_ms", "stream_age_ms", "held"),
+    [
+        (5_000, 5_100, False),  # its first leader, 100 ms after its creation: fresh
+        (5_000, 6_900, False),  # first elected 1.9 s after its creation: still fresh
+        (5_000, 7_000, True),  # elected 2 s after its creation: a return's leader
+        (5_000, 86_400_000, True),  # a stream a day old, its leader new: returned
+        (None, 1_500, False),  # no leader_since (one replica), created 1.5 s ago
+        (None, 60_000, True),  # no leader_since, created a minute ago: as before
+        (5_000, None, True),  # no creation time: as before
+    ],
+)
+def test_a_fresh_stream_with_a_region_down_is_not_returning(
+    leader_age_ms: int | None, stream_age_ms: int | None, held: bool
+) -> None:
+    """A first deployment with b down: a's read stream never heard from b, and its leader
+    is recent, but it is the stream's first (elected within 2 s of its creation): no
+    durable on it stood through a loss, so nothing is held (held until the deadline, 120 s,
+    before). A leader elected later than that is a return's, as is one of unknown age on a
+    stream older than that."""
+    out = lead(
+        machine("a"), 0, {"b": None}, leader_age_ms=leader_age_ms, stream_age_ms=stream_age_ms
+    )
+    assert bool([o for o in out if isinstance(o, HoldConsumer)]) is held
 
 
 def test_a_gap_the_data_tail_never_indexes_holds_ten_intervals_at_most() -> None:
