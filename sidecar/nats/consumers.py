@@ -17,7 +17,8 @@
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
   the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+), holding the consumer
   paused (`CONSUMER.PAUSE`) between its last check and the reset; never when only messages
-  it does not deliver (markers, other subjects) lie between it and `p`.
+  it does not deliver (markers, other subjects) lie between it and `p`. Its outcome carries
+  the stream's first sequence read after the floor it reports (`MoveOutcome.first_seq`).
 - `set_replicated()` sets or clears the `rsub.replicate` metadata of a durable.
 - `create_consumer()` creates a missing durable from another region's configuration,
   starting at `p + 1`; it never replaces an existing one.
@@ -90,6 +91,8 @@ class Positions:
     leader_since_ms: int | None = None
     # The stream's first sequence, read with `last_seq` (0: not reported).
     first_seq: int = 0
+    # When the stream was created (Unix ms; None when not reported).
+    created_ms: int | None = None
 
 
 def _removes_by_itself(config: Mapping[str, Any]) -> bool:
@@ -101,8 +104,19 @@ def _removes_by_itself(config: Mapping[str, Any]) -> bool:
 
 def leader_since_ms(info: Mapping[str, Any]) -> int | None:
     """From `STREAM.INFO`: when the stream's leader was elected (`cluster.leader_since`,
-    RFC 3339 with nanoseconds), in Unix ms; None when the server does not say."""
-    since = (info.get("cluster") or {}).get("leader_since")
+    RFC 3339 with nanoseconds), in Unix ms; None when the server does not say (a stream of
+    one replica)."""
+    return _unix_ms((info.get("cluster") or {}).get("leader_since"))
+
+
+def created_ms(info: Mapping[str, Any]) -> int | None:
+    """From `STREAM.INFO`: when the stream was created (`created`), in Unix ms; None when
+    the server does not say."""
+    return _unix_ms(info.get("created"))
+
+
+def _unix_ms(since: object) -> int | None:
+    """An RFC 3339 time with nanoseconds, in Unix ms (None when it is not one)."""
     if not isinstance(since, str):
         return None
     # Python before 3.12 reads at most six digits of a fraction.
@@ -277,6 +291,7 @@ class PositionReader:
             sources_heard(stream_info),
             leader_since_ms(stream_info),
             first_seq,
+            created_ms(stream_info),
         )
 
     async def _list(self, port: JetStreamPort) -> tuple[list[dict[str, Any]], list[str]]:
@@ -303,11 +318,26 @@ class MoveOutcome:
     moved: bool
     ack_floor_before: int
     ack_floor_after: int
+    first_seq: int
+    """The stream's first sequence, read after the consumer's state `ack_floor_after` comes
+    from: a floor at or below `first_seq - 1` may stand there only because the stream
+    removed what lay before it (a purge, limits), which moves every floor. A reset's reply
+    puts the floor at the reset's start less one, whatever the stream removed (nats-server
+    2.15.1): after a reset it is the one read before."""
 
 
-async def _clamped_start(port: JetStreamPort, stream: str, position: int, timeout_s: float) -> int:
-    """`position + 1`, but never past the stream's end (`last_seq + 1`)."""
-    return min(position + 1, await stream_last_seq(port, stream, timeout_s=timeout_s) + 1)
+async def _first_seq(port: JetStreamPort, stream: str, timeout_s: float) -> int:
+    """The stream's first sequence (`STREAM.INFO`)."""
+    return int((await port.stream_info(stream, timeout_s=timeout_s))["state"].get("first_seq", 0))
+
+
+async def _clamped_start(
+    port: JetStreamPort, stream: str, position: int, timeout_s: float
+) -> tuple[int, int]:
+    """`position + 1`, but never past the stream's end (`last_seq + 1`); with the stream's
+    first sequence, read with it."""
+    state = (await port.stream_info(stream, timeout_s=timeout_s))["state"]
+    return min(position + 1, int(state["last_seq"]) + 1), int(state.get("first_seq", 0))
 
 
 class NotLeading(RuntimeError):
@@ -335,9 +365,11 @@ async def move_forward(
     Raises `nats.js.errors.NotFoundError` when the durable does not exist.
     """
     info = await port.consumer_info(stream, durable, timeout_s=timeout_s)
-    start = await _clamped_start(port, stream, position, timeout_s)
+    # Read after the consumer: a removal that moved the floor read shows in `first_seq`
+    # (`make soak` seed 1067974121501: a purge right before the move).
+    start, first_seq = await _clamped_start(port, stream, position, timeout_s)
     if not await _worth_a_reset(port, stream, durable, info, start, timeout_s):
-        return MoveOutcome(False, _ack_floor(info), _ack_floor(info))
+        return MoveOutcome(False, _ack_floor(info), _ack_floor(info), first_seq)
     # Safety: the check above and the reset are several requests; a client fetching between
     # them would get messages past `start - 1` that the reset then rewinds (delivered again,
     # their acks unanswered), or the last of its messages before `start`, leaving only
@@ -353,7 +385,9 @@ async def move_forward(
         info = await port.consumer_info(stream, durable, timeout_s=timeout_s)
         before = _ack_floor(info)
         if not await _worth_a_reset(port, stream, durable, info, start, timeout_s):
-            return MoveOutcome(False, before, before)
+            # Its floor as read again: a purge since the first look may have moved it (the
+            # shell simulation's seed 21), which the first sequence read after tells.
+            return MoveOutcome(False, before, before, await _first_seq(port, stream, timeout_s))
         # Fencing: a move is several requests, and a replica stalled between them (a GC
         # pause, a frozen VM) may wake deposed while the new leader has moved the durable
         # further: its reset would rewind that move (simulation seeds 18 and 813830425096).
@@ -373,7 +407,7 @@ async def move_forward(
         ack_floor_after=after,
         requested=position,
     )
-    return MoveOutcome(True, before, after)
+    return MoveOutcome(True, before, after, first_seq)
 
 
 async def _worth_a_reset(
@@ -471,7 +505,7 @@ async def create_consumer(
 
     Returns None, changing nothing, when a consumer of that name already exists.
     """
-    start = await _clamped_start(port, stream, position, timeout_s)
+    start, _ = await _clamped_start(port, stream, position, timeout_s)
     config = replica_config(origin_config, durable, start)
     try:
         await port.consumer_create(stream, durable, config, "create", timeout_s=timeout_s)

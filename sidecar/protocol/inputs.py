@@ -105,6 +105,9 @@ class PositionsListing:
     """Per consumer acked by its applications in this region since the previous read, its
     acks (the acks' signals: best effort): the consumption signs (§8), and the messages
     acked above its floor (§6)."""
+    stream_age_ms: int | None = None
+    """How long ago the read stream was created (`STREAM.INFO`'s `created`), None when the
+    server does not say: a leader elected with the stream is its first, no return's."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,22 @@ _EVERY_REPLICA = (ReadReason.SWEEP, ReadReason.RETRY)
 # update carries: acks in order fold into few ranges).
 _MAX_ACKED_SEQS = 10 * MAX_ACKED_RANGES
 
+# A stream's first leader is elected this soon after its creation at most (the failback
+# guard, docs/protocol.md §7): 66 to 153 ms on local servers (bench/bench_first_leader.py),
+# more than ten times that; a return's leader comes later (the region lost, then restarted).
+_FIRST_LEADER_MS = 2_000
+
+
+def _first_leader(leader_age_ms: int | None, stream_age_ms: int | None) -> bool:
+    """Whether the read stream's current leader was elected with the stream (within
+    `_FIRST_LEADER_MS` of its creation): a fresh stream, no region's return. A leader of
+    unknown age counts as elected now (as the guard takes it), so such a stream is fresh only
+    within `_FIRST_LEADER_MS` of its creation; an unknown creation decides nothing."""
+    if stream_age_ms is None:
+        return False
+    return stream_age_ms - (leader_age_ms or 0) < _FIRST_LEADER_MS
+
+
 # ---- internal state -----------------------------------------------------------------------
 
 
@@ -165,7 +181,7 @@ class StreamMachine:
         self._return: _Return | None = None
         self._owed: list[Response] = []
         self._active_until = 0  # when the last region counting as consuming stops counting
-        self._first_seq = 0  # the read stream's first sequence as last listed
+        self._first_seq = 0  # the read stream's first sequence as last read (listing, move)
 
     @classmethod
     def restore(
@@ -315,7 +331,7 @@ class StreamMachine:
         self._follows_end = listing.follows_end
         if self._first_listing and self._leader:
             self._first_listing = False
-            out += self._check_return(listing.sources, listing.leader_age_ms)
+            out += self._check_return(listing)
         out += self.positions_read(listing.positions, listing.last_seq)
         if self._leader:
             out += self._answer_catch_ups()
@@ -338,17 +354,25 @@ class StreamMachine:
         return out + self.tick(now_ms)
 
     def action_done(
-        self, action: SubscriptionAction, mark_delete: int, done_ms: int = 0
+        self,
+        action: SubscriptionAction,
+        mark_delete: int,
+        done_ms: int = 0,
+        *,
+        first_seq: int = 0,
     ) -> list[Output]:
         """The runtime carried out a move or creation this machine asked for; `mark_delete`
         is the subscription's position as the runtime read it back (below `ack_floor` when
         the runtime left a consumer alone that had delivered up to it already), at `done_ms`
-        on the machine's clock (0: not known)."""
+        on the machine's clock (0: not known), and `first_seq` the read stream's first
+        sequence read after it (0: not known): a purge or the stream's limits move the floor
+        to `first_seq - 1` at most, which is no consumption (docs/protocol.md §8)."""
         sub = self._subs.get(action.subscription)
         if sub is None:
             return []
         sub.moving = False
         sub.exists = True
+        self._first_seq = max(self._first_seq, first_seq)
         if self._leader and not self._away(done_ms) and self._consumed_here(sub, mark_delete):
             # Read back beyond the move's target over data: its consumers passed it while
             # the move was under way (taken as is, the next read would not see it).
@@ -908,19 +932,21 @@ class StreamMachine:
 
     # ---- the failback guard (docs/protocol.md §7) ------------------------------------------
 
-    def _check_return(
-        self, sources: Mapping[str, int | None], leader_age_ms: int | None
-    ) -> list[Output]:
+    def _check_return(self, listing: PositionsListing) -> list[Output]:
         """A leader's first listing: this region returned when its read stream's leader was
-        elected less than `hold_ms` ago (or the server does not say) and the stream has not
-        heard from some other region since (its sources resume one by one: waiting for all
-        of them to be silent missed returns where one resumed first). A stream whose leader
+        elected less than `hold_ms` ago (or the server does not say) but not with the stream
+        (its first leader: a fresh stream, `_first_leader`), and the stream has not heard
+        from some other region since (its sources resume one by one: waiting for all of
+        them to be silent missed returns where one resumed first). A stream whose leader
         is older is not returning, whatever region is down: a sidecar restart there holds
         nothing. Its replicated durables are then held until every other region answered a
         catch-up request."""
+        sources, leader_age_ms = listing.sources, listing.leader_age_ms
         recent = leader_age_ms is None or leader_age_ms < self.config.hold_ms
         unheard = any(r in sources and sources[r] is None for r in self._others)
         if not self.config.hold_ms or not recent or not unheard:
+            return []
+        if _first_leader(leader_age_ms, listing.stream_age_ms):
             return []
         held = sorted(
             name
@@ -975,7 +1001,17 @@ class StreamMachine:
                 done.append(name)
             elif name not in held.needed and sub.mark_delete is not None:
                 held.needed[name] = max(sub.mark_delete, self._called_for(sub))
-        return self._release(done)
+        released = self._release(done)
+        # A durable that reached `needed` was asked no move since (an update applied
+        # meanwhile included): what is called for now goes before its release, which then
+        # lands once the move's outcome is in (`make soak` seed 31537660956: asked only at
+        # the read after, the released durable delivered what that update said was consumed).
+        moves: list[Output] = []
+        for name in done:
+            sub = self._subs.get(name)
+            if sub is not None:
+                self._reconcile(name, sub, moves)
+        return moves + released
 
     def _called_for(self, sub: _Sub) -> int:
         """The furthest position an applied update or the merged progress calls `sub` to."""

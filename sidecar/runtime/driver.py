@@ -215,13 +215,18 @@ class StreamDriver:
         elif not isinstance(output, Action):
             self.observer.event(output)
         else:
-            mark_delete = await self._effects.carry_out(machine, output)
+            read_back = await self._effects.carry_out(machine, output)
             if isinstance(output, SubscriptionAction):
-                if mark_delete is None:
+                if read_back is None:
                     outputs.extend(machine.action_failed(output))
                 else:
-                    done_ms = self._handles.clock()
-                    outputs.extend(machine.action_done(output, mark_delete, done_ms))
+                    done = machine.action_done(
+                        output,
+                        read_back.mark_delete,
+                        self._handles.clock(),
+                        first_seq=read_back.first_seq,
+                    )
+                    outputs.extend(done)
 
     # ---- the interval (`IntervalLoop`) ---------------------------------------------------
 

@@ -4,14 +4,15 @@ The machine decides; this module only does what an action says, in the order the
 returned the actions, and only while this replica leads with the machine's epoch. A failed
 action is logged (`action_failed`) and the driver goes on with the next output; for a move
 or creation the driver tells the machine the outcome (`Effects.carry_out` returns where the
-subscription stands after it, or None), so that it reports a position only once the durable
-or cursor has it, and asks again for one that failed or was dropped.
+subscription stands after it, `ReadBack`, or None), so that it reports a position only once
+the durable or cursor has it, and asks again for one that failed or was dropped.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 import structlog
@@ -44,6 +45,18 @@ _FAILED = (TimeoutError, NatsError, OSError, RuntimeError)
 _PAUSE_S = 2.0  # `CONSUMER.PAUSE`'s request timeout
 
 
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    """Where a subscription stands after a move or creation, as read back."""
+
+    mark_delete: int
+    """The ack floor, or the cursor's position."""
+    first_seq: int = 0
+    """The read stream's first sequence, read after `mark_delete` was (0: not read): a
+    floor only a purge or the stream's limits moved stands at most one below it
+    (`StreamMachine.action_done`)."""
+
+
 class Effects:
     def __init__(
         self, vs: VirtualStream, handles: RegionHandles, subscriptions: LocalSubscriptions
@@ -63,9 +76,10 @@ class Effects:
         """
         return self._handles.leads_with(self._vs.name, machine.epoch)
 
-    async def carry_out(self, machine: StreamMachine, action: Action) -> int | None:
+    async def carry_out(self, machine: StreamMachine, action: Action) -> ReadBack | None:
         """Carry `action` out. For a move or creation done: the subscription's mark-delete
-        after it, as read back (the ack floor, or the cursor's position). None after a
+        after it, as read back (the ack floor, or the cursor's position), with the read
+        stream's first sequence when the move read it after. None after a
         publish, and for an action dropped (not the leader with the machine's epoch) or failed:
         logged, never raised, so the driver can report every outcome to the machine."""
         name = self._vs.name
@@ -80,7 +94,7 @@ class Effects:
             log.exception("action_crashed", stream=name, action=repr(action))
         return None
 
-    async def _act(self, action: Action, leading: Callable[[], bool]) -> int | None:
+    async def _act(self, action: Action, leading: Callable[[], bool]) -> ReadBack | None:
         vs, port, region = self._vs, self._handles.port, self._handles.region
         read_stream = vs.read_stream(region)
         match action:
@@ -104,7 +118,7 @@ class Effects:
                 except NotFoundError:
                     log.warning("subscription_gone", stream=vs.name, subscription=sub)
                     return None
-                return moved.ack_floor_after
+                return ReadBack(moved.ack_floor_after, moved.first_seq)
             case CreateConsumer(subscription=sub, config=raw, ack_floor=ack_floor):
                 origin = _consumer_config(raw)
                 if origin is None:
@@ -114,18 +128,18 @@ class Effects:
                 # earlier leader) is only ever moved forward, never re-created.
                 created = await consumers.create_consumer(port, read_stream, sub, origin, ack_floor)
                 if created is not None:
-                    return created
+                    return ReadBack(created)
                 moved = await consumers.move_forward(
                     port, read_stream, sub, ack_floor, leading=leading
                 )
-                return moved.ack_floor_after
+                return ReadBack(moved.ack_floor_after, moved.first_seq)
             case (
                 MoveCursor(subscription=sub, ack_floor=ack_floor)
                 | CreateCursor(subscription=sub, ack_floor=ack_floor)
             ):
                 # `advance` creates an absent cursor and never moves one backwards.
                 value = await self._handles.cursors().advance(vs.name, sub, ack_floor)
-                return self._subscriptions.cursor_stored(sub, value)
+                return ReadBack(self._subscriptions.cursor_stored(sub, value))
             case HoldConsumer(subscription=sub, hold_ms=hold_ms):
                 # The failback guard (docs/protocol.md §7). The pause lapses by itself after
                 # `hold_ms`: a replica that dies holding it stops nothing for longer. A move

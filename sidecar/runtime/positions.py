@@ -78,7 +78,7 @@ class LocalSubscriptions:
             for stream, heard in read.sources.items()
             if (region := self._vs.region_of_write_stream(stream)) is not None
         }
-        since = read.leader_since_ms
+        since, created = read.leader_since_ms, read.created_ms
         self._last = PositionsListing(
             generation,
             self.infos(),
@@ -89,6 +89,7 @@ class LocalSubscriptions:
             None if since is None else max(0, self.read_ms - since),
             read.first_seq,
             self.read_ms,
+            stream_age_ms=None if created is None else max(0, self.read_ms - created),
         )
         return self._last
 
@@ -106,6 +107,7 @@ class LocalSubscriptions:
             last.leader_age_ms,
             last.first_seq,
             last.read_ms,
+            stream_age_ms=last.stream_age_ms,
         )
 
     def cursor_stored(self, subscription: str, value: int) -> int:

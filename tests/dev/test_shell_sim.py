@@ -416,7 +416,22 @@ def test_seed_9_a_sign_is_not_lost_to_an_index_behind_the_read() -> None:
     assert result.violation is None, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="a purge before a move's outcome (see the docstring)")
+class TakesPurgedFloorsForConsumption(StreamMachine):
+    """The machine before seeds 21 and 1067974121501: a move's outcome read back ignores the
+    read stream's first sequence read with it, so a floor a purge moved looks consumed."""
+
+    def action_done(
+        self, action: SubscriptionAction, mark_delete: int, done_ms: int = 0, *, first_seq: int = 0
+    ) -> list[Output]:
+        return super().action_done(action, mark_delete, done_ms)
+
+
+@pytest.mark.parametrize("seed", [21, 1067974121501])
+def test_the_simulation_catches_a_purged_floor_taken_for_consumption(seed: int) -> None:
+    result = run_shell(seed, machine_factory=TakesPurgedFloorsForConsumption)
+    assert result.violation is not None and result.violation.startswith("consumed in:")
+
+
 def test_seed_21_a_purge_before_a_moves_outcome_gives_no_sign() -> None:
     """Found once runs drew several durables (seed 21 as `run_shell` draws it: three
     durables, a read age limit, purges). r1's sidecar reset its copy of `app-2` (homed in
@@ -424,9 +439,22 @@ def test_seed_21_a_purge_before_a_moves_outcome_gives_no_sign() -> None:
     reset's outcome read back the copy at 363 (the purge moved it) and `action_done` took
     that for its consumers' sign: its first sequence was still the previous read's (1).
     The class of tests/dev/test_shell_failback.py's accepted seed 776237995758 (a purge
-    during a read), through a move's outcome. Passes without purges. Not fixed here:
-    sidecar/ is another engineer's."""
+    during a read), through a move's outcome. Fixed: `move_forward` reads the stream's
+    first sequence after the outcome, and `action_done` counts nothing at or below it."""
     result = run_shell(21)
+    assert result.violation is None, result.report()
+
+
+def test_soak_seed_1067974121501_a_purge_before_a_moves_look_gives_no_sign() -> None:
+    """Found by `make soak` (seed 1067974121501, as it draws it): r0's sidecar moved its copy
+    of `app-1` (homed in r1, consumed there) to 490; an operator purged r0's read stream (1
+    to 561) right before the move's look at the copy, which found its floor at 561 (the
+    purge moved it), left it alone and read it back there: taken for r0's consumers' sign.
+    Seed 21's class; the first sequence, read after that look, now tells it."""
+    rng = random.Random(1067974121501 ^ 0x5E11)
+    params = ShellParams.draw(rng).with_failback(rng)
+    assert params.purges and params.failback_ms == 7502
+    result = run_shell(1067974121501, params)
     assert result.violation is None, result.report()
 
 
@@ -728,9 +756,9 @@ class ForgetsAFailedCreation(StreamDriver):
         self, machine: StreamMachine, output: Output, outputs: deque[Output]
     ) -> None:
         if isinstance(output, CreateConsumer | CreateCursor):
-            mark_delete = await self._effects.carry_out(machine, output)
-            if mark_delete is not None:
-                outputs.extend(machine.action_done(output, mark_delete))
+            read_back = await self._effects.carry_out(machine, output)
+            if read_back is not None:
+                outputs.extend(machine.action_done(output, read_back.mark_delete))
             return
         await super()._carry_out(machine, output, outputs)
 

@@ -346,6 +346,49 @@ async def test_a_client_fetching_while_its_consumer_is_moved_is_never_rewound(
     assert not (await js.consumer_info(stream, "d")).paused
 
 
+@pytest.mark.parametrize("purged_at", ["STREAM.INFO.", "CONSUMER.PAUSE.", "CONSUMER.RESET."])
+async def test_a_moves_outcome_carries_the_first_sequence_read_after_its_floor(
+    port: JetStreamPort,
+    js: JetStreamContext,
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+    purged_at: str,
+) -> None:
+    """An operator purges the stream (1 to 6) during a move to 3: before its look at the
+    stream (after its first look at the consumer), before its pause, or before its reset.
+    Whatever floor the outcome reports, the stream's first sequence it carries was read
+    after that floor, so the machine tells a floor the purge moved from consumption (the
+    shell simulation's seed 21, `make soak` seed 1067974121501). A reset's reply puts the
+    floor at the reset's start less one, whatever was purged."""
+    await publish(js, stream, data=10)
+    await durable(js, stream, "d")
+    real_request = jsapi.request
+    purged = False
+
+    async def purge_during_the_move(
+        conn: Client, op: str, payload: Mapping[str, Any] | None = None, **kw: Any
+    ) -> dict[str, Any]:
+        nonlocal purged
+        if op.startswith(purged_at) and not purged:
+            purged = True
+            await js.purge_stream(stream, seq=7)
+        return await real_request(conn, op, payload, **kw)
+
+    monkeypatch.setattr(jsapi, "request", purge_during_the_move)
+    outcome = await move_forward(port, stream, "d", 3)
+    monkeypatch.undo()
+
+    assert purged
+    expected = {  # (moved, floor): the floor as last read, before or after the purge
+        "STREAM.INFO.": (False, 0),
+        "CONSUMER.PAUSE.": (False, 6),
+        "CONSUMER.RESET.": (True, 3),
+    }
+    assert (outcome.moved, outcome.ack_floor_after) == expected[purged_at], outcome
+    # Beyond the target only where the purge put it, which the first sequence shows.
+    assert outcome.ack_floor_after <= max(3, outcome.first_seq - 1), outcome
+
+
 async def test_a_move_goes_on_unpaused_when_the_server_cannot_pause(
     port: JetStreamPort, js: JetStreamContext, stream: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

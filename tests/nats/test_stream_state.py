@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.nats.consumers import leader_since_ms, sources_heard
+from sidecar.nats.consumers import created_ms, leader_since_ms, sources_heard
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,16 @@ def test_sources_heard_in_ms_and_never_as_none() -> None:
         ]
     }
     assert sources_heard(info) == {"orders-west": 2_500, "orders-east": None}
+
+
+@pytest.mark.parametrize(
+    ("info", "expected"),
+    [
+        ({"created": "2026-11-27T15:49:30.018485721Z"}, 1_795_794_570_018),
+        ({"created": "0001-01-01T00:00:00Z"}, -62_135_596_800_000),  # the zero time
+        ({}, None),
+        ({"created": 17}, None),
+    ],
+)
+def test_created(info: dict[str, Any], expected: int | None) -> None:
+    assert created_ms(info) == expected

@@ -219,6 +219,30 @@ def test_a_floor_that_followed_the_streams_removals_is_not_consumption() -> None
     assert update.consuming and consumed_in(m) == ("a",)
 
 
+def test_a_moves_outcome_a_purge_moved_is_not_consumption() -> None:
+    """A purge (1 to 8) lands between the move's look at the durable and its outcome, read
+    back at 8 beyond the target 5: the runtime reads the first sequence after it (9), and
+    the floor that only followed the purge is no sign (the shell simulation's seed 21,
+    `make soak` seed 1067974121501). Beyond the first sequence it still is one."""
+    m = machine()
+    m.marker_seen(
+        11,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 5}, 5)),
+    )
+    (move,) = [o for o in read(m, 0, 2_000) if isinstance(o, MoveConsumer)]
+    assert move == MoveConsumer("d", 5)
+    m.action_done(move, 8, first_seq=9)
+    assert consumed_in(m) == ()
+    assert not any(u.consuming for u in updates(read(m, 8, 3_000)))
+    m.marker_seen(
+        12,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 9}, 9)),
+    )
+    (move,) = [o for o in read(m, 8, 4_000) if isinstance(o, MoveConsumer)]
+    m.action_done(move, 10, first_seq=9)  # one data message beyond the first stored one
+    assert consumed_in(m) == ("a",)
+
+
 def test_an_ack_is_consumption_where_the_floor_only_followed_the_removals() -> None:
     """An application at the edge of a read stream's age limit: each message it acks is
     removed before the next read, so its floor only ever follows the first stored message

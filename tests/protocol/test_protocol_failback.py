@@ -25,6 +25,7 @@ from sidecar.protocol import (
     ReleaseConsumer,
     Request,
     Response,
+    SnapshotId,
     StreamMachine,
     SubscriptionInfo,
     SubscriptionKind,
@@ -58,6 +59,7 @@ def listing(
     sources: Mapping[str, int | None],
     subs: Mapping[str, SubscriptionInfo] = DURABLE,
     leader_age_ms: int | None = None,
+    stream_age_ms: int | None = None,
 ) -> PositionsListing:
     return PositionsListing(
         m.generation,
@@ -67,6 +69,7 @@ def listing(
         follows_end=False,
         sources=sources,
         leader_age_ms=leader_age_ms,
+        stream_age_ms=stream_age_ms,
     )
 
 
@@ -77,11 +80,12 @@ def lead(
     now: int = 1_000,
     subs: Mapping[str, SubscriptionInfo] = DURABLE,
     leader_age_ms: int | None = None,
+    stream_age_ms: int | None = None,
 ) -> list[Output]:
     """Leadership, and the first listing a leader reads."""
     m.became_leader(1)
     assert reads(m.interval(now, 12)) == [ReadReason.LEADERSHIP]
-    return m.read_done(listing(m, position, sources, subs, leader_age_ms))
+    return m.read_done(listing(m, position, sources, subs, leader_age_ms, stream_age_ms))
 
 
 def reads(outputs: Sequence[Output]) -> list[ReadReason]:
@@ -243,11 +247,34 @@ def test_a_region_still_consuming_does_not_keep_the_hold() -> None:
     a.action_done(MoveConsumer("d", 10), 10)
     a.interval(1_900, 16)
     out = a.read_done(listing(a, 10, {"b": 50}))
-    assert ReleaseConsumer("d") in out and a.held == 0
-    assert not [o for o in out if isinstance(o, MoveConsumer)]
-    # Released, it follows b's progress again (a move under its own pause).
-    a.interval(2_000, 16)
-    assert MoveConsumer("d", 12) in a.read_done(listing(a, 10, {"b": 50}))
+    # Released at this read; what b's later progress calls for goes first (under the hold).
+    actions = [o for o in out if isinstance(o, MoveConsumer | ReleaseConsumer)]
+    assert actions == [MoveConsumer("d", 12), ReleaseConsumer("d")] and a.held == 0
+
+
+def test_an_update_applied_once_the_durable_reached_the_progress_is_carried_out_at_release() -> (
+    None
+):
+    """The durable reached what the progress called for once every region answered, so no
+    move is asked before its release; b's snapshot update naming a's position 12 arrives
+    then. The release read asks that move first: asked at the read after, it came too late
+    (`make soak` seed 31537660956, applied: the released durable delivered what the update
+    said was consumed, tests/dev/test_shell_failback.py)."""
+    a, update, response = answered(10)
+    markers_at(a, 11, 12, 13)
+    a.marker_seen(14, update)
+    a.marker_seen(15, response)
+    a.interval(1_800, 15)
+    assert MoveConsumer("d", 10) in a.read_done(listing(a, 0, {"b": 50}))
+    a.action_done(MoveConsumer("d", 10), 10)
+    snapshot = SnapshotId("b", 1, 1)
+    later = Update("d", SubscriptionKind.DURABLE, snapshot, 12, {"a": 12}, b"cfg-d")
+    out = a.marker_seen(16, Marker("b", STREAM, 1, later))
+    assert not [o for o in out if isinstance(o, MoveConsumer)]  # reached `needed`: held
+    a.interval(1_900, 16)
+    out = a.read_done(listing(a, 10, {"b": 50}))
+    actions = [o for o in out if isinstance(o, MoveConsumer | ReleaseConsumer)]
+    assert actions == [MoveConsumer("d", 12), ReleaseConsumer("d")] and a.held == 0
 
 
 def test_with_three_regions_every_other_region_must_answer() -> None:
@@ -361,6 +388,32 @@ def test_a_stream_whose_leader_is_older_than_the_hold_is_not_returning() -> None
     regions = ("a", "b", "c")
     out = lead(machine("a", regions), 0, {"b": 200, "c": None}, leader_age_ms=HOLD_MS)
     assert not [o for o in out if isinstance(o, HoldConsumer)]
+
+
+@pytest.mark.parametrize(
+    ("leader_age_ms", "stream_age_ms", "held"),
+    [
+        (5_000, 5_100, False),  # its first leader, 100 ms after its creation: fresh
+        (5_000, 6_900, False),  # first elected 1.9 s after its creation: still fresh
+        (5_000, 7_000, True),  # elected 2 s after its creation: a return's leader
+        (5_000, 86_400_000, True),  # a stream a day old, its leader new: returned
+        (None, 1_500, False),  # no leader_since (one replica), created 1.5 s ago
+        (None, 60_000, True),  # no leader_since, created a minute ago: as before
+        (5_000, None, True),  # no creation time: as before
+    ],
+)
+def test_a_fresh_stream_with_a_region_down_is_not_returning(
+    leader_age_ms: int | None, stream_age_ms: int | None, held: bool
+) -> None:
+    """A first deployment with b down: a's read stream never heard from b, and its leader
+    is recent, but it is the stream's first (elected within 2 s of its creation): no
+    durable on it stood through a loss, so nothing is held (held until the deadline, 120 s,
+    before). A leader elected later than that is a return's, as is one of unknown age on a
+    stream older than that."""
+    out = lead(
+        machine("a"), 0, {"b": None}, leader_age_ms=leader_age_ms, stream_age_ms=stream_age_ms
+    )
+    assert bool([o for o in out if isinstance(o, HoldConsumer)]) is held
 
 
 def test_a_gap_the_data_tail_never_indexes_holds_ten_intervals_at_most() -> None:

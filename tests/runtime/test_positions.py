@@ -10,6 +10,8 @@ showed the same kind of stateless answer from `CONSUMER.INFO`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import nats
 import pytest
 from nats.js import api
@@ -18,6 +20,13 @@ from rsub_dev.cluster import ClusterFactory
 from sidecar.naming import VirtualStream
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.nats_port import NatsPort
+from sidecar.protocol import (
+    HoldConsumer,
+    MachineConfig,
+    Output,
+    PositionsListing,
+    StreamMachine,
+)
 from sidecar.runtime.clock import wall_clock_ms
 from sidecar.runtime.positions import LocalSubscriptions
 
@@ -68,3 +77,49 @@ async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_p
         assert subscriptions.durables == {"app0": known}
     finally:
         await nc.close()
+
+
+async def test_a_fresh_read_stream_with_a_region_down_holds_nothing(
+    make_cluster: ClusterFactory,
+) -> None:
+    """A first deployment in west while east is down: west's new read stream (three
+    replicas) sources east's write stream, which does not exist yet (never heard from:
+    `active` -1), and its leader is recent; but it is the stream's first, elected with it
+    (docs/protocol.md §7), so west's leader holds nothing. Without the stream's creation
+    time the same listing is taken for a return."""
+    vs = VirtualStream("orders", ("west", "east"))
+    cluster = await make_cluster(["west"], servers_per_region=3)
+    nc = await nats.connect(cluster.servers("west"))
+    try:
+        js = nc.jetstream()
+        stream = vs.read_stream("west")
+        await js.add_stream(
+            name=stream,
+            num_replicas=3,
+            sources=[api.StreamSource(name=vs.write_stream("east"))],
+        )
+        await js.add_consumer(
+            stream,
+            durable_name="app",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            metadata={"rsub.replicate": "true"},
+        )
+        await js.create_key_value(bucket="cursors", replicas=3)
+        subscriptions = LocalSubscriptions(vs, "west", wall_clock_ms)
+        store = CursorStore(await js.key_value("cursors"))
+        listing = await subscriptions.read(NatsPort(nc), store, 0)
+    finally:
+        await nc.close()
+    assert listing.sources == {"east": None} and listing.leader_age_ms is not None
+    assert listing.stream_age_ms is not None
+
+    def first_read(listing_read: PositionsListing) -> list[Output]:
+        machine = StreamMachine(MachineConfig("west", vs.name, vs.regions))
+        machine.tick(wall_clock_ms())
+        machine.became_leader(1)
+        return [o for o in machine.read_done(listing_read) if isinstance(o, HoldConsumer)]
+
+    assert first_read(listing) == []
+    assert first_read(dataclasses.replace(listing, stream_age_ms=None)) == [
+        HoldConsumer("app", 120_000)
+    ]

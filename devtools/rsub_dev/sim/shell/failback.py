@@ -176,10 +176,17 @@ class Failback:
                 return out
 
             def action_done(
-                self, action: SubscriptionAction, mark_delete: int, done_ms: int = 0
+                self,
+                action: SubscriptionAction,
+                mark_delete: int,
+                done_ms: int = 0,
+                *,
+                first_seq: int = 0,
             ) -> list[Output]:
                 signs = checks._signs(self)
-                out: list[Output] = super().action_done(action, mark_delete, done_ms)
+                out: list[Output] = super().action_done(
+                    action, mark_delete, done_ms, first_seq=first_seq
+                )
                 checks._signed(self, signs)
                 return out
 

@@ -69,11 +69,15 @@ class ShellParams:
     up to this much longer to see what arrived (a slow ordered consumer), on their own: the
     data tail and the positions reads may run ahead of the marker tail."""
     outage_ms: int = 0
-    """From `OUTAGE_AT_MS`, the last region cut off with its sidecars stopped for this long
+    """From `outage_at_ms`, the last region cut off with its sidecars stopped for this long
     (its own clients still write), the others calm (no other chaos, no failing request from
     then on): with three
     regions no snapshot completes meanwhile, only progress vectors move the copies. Needs
     three regions and no failover (0: none)."""
+    outage_at_ms: int = OUTAGE_AT_MS
+    """When the outage begins; 0: at the deployment, as the streams are created (a first
+    deployment with a region down: the others' read streams never heard from it, nor its
+    from them, and its sidecars start only when it comes back)."""
     write_max_age_ms: int = 0
     """Write streams remove messages this old, sourced everywhere or not (0: no limit)."""
     read_max_age_ms: int = 0
@@ -169,7 +173,7 @@ class ShellParams:
     def heal_at_ms(self) -> int:
         """When a healed end begins (`healed`): with the calm end, after a failover, and a
         second after an outage ends (its region's sidecars started again meanwhile)."""
-        outage_end = OUTAGE_AT_MS + self.outage_ms + 1_000 if self.outage_ms else 0
+        outage_end = self.outage_at_ms + self.outage_ms + 1_000 if self.outage_ms else 0
         return max(self.run_ms - self.calm_ms, self.failover_ms, outage_end)
 
     def __post_init__(self) -> None:
@@ -180,7 +184,7 @@ class ShellParams:
             )
         if self.moves and (self.failover_ms or self.outage_ms):
             raise ValueError("moves of the application need no failover and no outage")
-        if self.outage_ms and OUTAGE_AT_MS + self.outage_ms > self.produce_until_ms:
+        if self.outage_ms and self.outage_at_ms + self.outage_ms > self.produce_until_ms:
             raise ValueError(f"an outage of {self.outage_ms} ms ends after the producers stop")
         if self.failback_ms and not 0 < self.failover_ms < self.failback_ms < self.run_ms:
             raise ValueError(

@@ -36,7 +36,7 @@ from rsub_dev.sim.shell.failback import Failback
 from rsub_dev.sim.shell.healing import healed_end
 from rsub_dev.sim.shell.limits import Excuses, stream_limits
 from rsub_dev.sim.shell.moves import application_moves
-from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, OUTAGE_AT_MS, STREAM, ShellParams
+from rsub_dev.sim.shell.params import DEDUP_WINDOW_MS, STREAM, ShellParams
 from rsub_dev.sim.shell.sidecars import CheckedPort, Sidecar
 from rsub_dev.simjs import (
     Fault,
@@ -264,9 +264,9 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.js.partition(cut, cut=False)
 
     async def _outage(self) -> None:
-        """From `OUTAGE_AT_MS`, the last region cut off with its sidecars stopped for
+        """From `outage_at_ms`, the last region cut off with its sidecars stopped for
         `outage_ms` (its clients still write); then healed, its sidecars started again."""
-        if await self.until(OUTAGE_AT_MS):
+        if await self.until(self.p.outage_at_ms):
             return
         out = self.vs.regions[-1]
         self.note(f"{out} out for {self.p.outage_ms} ms")
@@ -277,7 +277,7 @@ class ShellWorld(LoopWorld[ShellParams]):
         for sidecar in stopped:
             await sidecar.stop()
         self._out.add(out)
-        if await self.until(OUTAGE_AT_MS + self.p.outage_ms):
+        if await self.until(self.p.outage_at_ms + self.p.outage_ms):
             return
         self.note(f"{out} back")
         self.js.partition(out, cut=False)
@@ -296,7 +296,7 @@ class ShellWorld(LoopWorld[ShellParams]):
         owed: dict[tuple[str, str], tuple[int, int]] = {}
         """(durable, region) -> (where it stood, since when)."""
         window = self.p.vector_window_ms
-        if await self.until(OUTAGE_AT_MS):
+        if await self.until(self.p.outage_at_ms):
             return
         while True:
             await asyncio.sleep(self.p.interval_ms / 1000)
@@ -358,6 +358,10 @@ class ShellWorld(LoopWorld[ShellParams]):
         net = SimNet(self._js, self.rng, self.p.max_delay_ms, self.p.tail_lag_ms)
         checks = self._checks = Checks(self, self.vs, self._js, self.excuses)
         apps = self._apps = Applications(self, self.vs, net, checks, self._live.__contains__)
+        # An outage from the deployment: cut off before its streams exist (`outage_at_ms`).
+        absent = self.vs.regions[-1] if p.outage_ms and not p.outage_at_ms else None
+        if absent is not None:
+            self._js.partition(absent)
         self._topology()
         self.failback.attach()
         for durable in self.durables:
@@ -377,7 +381,8 @@ class ShellWorld(LoopWorld[ShellParams]):
                 for index in range(self.p.replicas):
                     port = CheckedPort(ProcessNet(net), checks, name)
                     self._sidecars.append(Sidecar(name, index, port))
-                    await self._start(self._sidecars[-1])
+                    if name != absent:  # started when it comes back (`_outage`)
+                        await self._start(self._sidecars[-1])
             produce_until = self.p.produce_until_ms
             tasks += [loop.create_task(apps.produce(r, produce_until)) for r in self.vs.regions]
             tasks.append(loop.create_task(self._checking()))
@@ -385,7 +390,7 @@ class ShellWorld(LoopWorld[ShellParams]):
                 tasks.append(loop.create_task(self.failback.run()))
             chaos_until = self.p.failover_ms or self.p.run_ms - self.p.calm_ms
             if self.p.outage_ms:
-                chaos_until = OUTAGE_AT_MS
+                chaos_until = self.p.outage_at_ms
                 tasks.append(loop.create_task(self._outage()))
                 tasks.append(loop.create_task(self._vector_liveness()))
             chaos = loop.create_task(self._chaos(chaos_until))
