@@ -229,17 +229,23 @@ def test_the_release_waits_for_the_origin_index_to_reach_the_data_before_the_ans
     assert ReleaseConsumer("d") in out and a.held == 0
 
 
-def test_a_region_still_consuming_does_not_keep_the_hold() -> None:
-    """Once every region answered, the durable must reach what the progress then calls for,
-    not what later updates call for: b consuming on (an application left running there)
-    would otherwise ask for a move at every read, and no read would find none in flight
-    (the shell simulation's seed 2 of `_back`, tests/dev/test_shell_failback.py)."""
+def asked_to_reach_the_progress() -> StreamMachine:
+    """`a` held, every region answered (b's progress calls for 10): its read asks the move."""
     a, update, response = answered(10)
     markers_at(a, 11, 12, 13)
     a.marker_seen(14, update)
     a.marker_seen(15, response)
     a.interval(1_800, 15)
     assert MoveConsumer("d", 10) in a.read_done(listing(a, 0, {"b": 50}))
+    return a
+
+
+def test_a_region_still_consuming_does_not_keep_the_hold() -> None:
+    """Once every region answered, the durable must reach what the progress then calls for,
+    not what later updates call for: b consuming on (an application left running there)
+    would otherwise ask for a move at every read, and no read would find none in flight
+    (the shell simulation's seed 2 of `_back`, tests/dev/test_shell_failback.py)."""
+    a = asked_to_reach_the_progress()
     # b consumed two more, and says so before the move is done.
     a.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 13)])
     later = Update("d", SubscriptionKind.DURABLE, None, 0, {}, b"cfg-d", {"b": 12}, 12)
@@ -260,12 +266,7 @@ def test_an_update_applied_once_the_durable_reached_the_progress_is_carried_out_
     then. The release read asks that move first: asked at the read after, it came too late
     (`make soak` seed 31537660956, applied: the released durable delivered what the update
     said was consumed, tests/dev/test_shell_failback.py)."""
-    a, update, response = answered(10)
-    markers_at(a, 11, 12, 13)
-    a.marker_seen(14, update)
-    a.marker_seen(15, response)
-    a.interval(1_800, 15)
-    assert MoveConsumer("d", 10) in a.read_done(listing(a, 0, {"b": 50}))
+    a = asked_to_reach_the_progress()
     a.action_done(MoveConsumer("d", 10), 10)
     snapshot = SnapshotId("b", 1, 1)
     later = Update("d", SubscriptionKind.DURABLE, snapshot, 12, {"a": 12}, b"cfg-d")
