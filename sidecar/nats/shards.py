@@ -9,8 +9,9 @@ acquisition writes a revision of one bucket, higher than any earlier revision of
 a stream's epochs only grow, even when it changes shard (a new shard count).
 
 **Members.** Each replica whose claims are open (below) puts `members.<holder>` (with its
-shard count) every round; a member whose key kept its revision for a whole `ttl` (on this replica's monotonic clock, as
-for leases) is gone, and one with another shard count does not share this replica's shards.
+shard count) every round; a member whose key kept its revision for a whole `ttl` (on this
+replica's monotonic clock, as for leases) is gone, and one with another shard count does not
+share this replica's shards.
 Keys of members gone for `_FORGET_TTLS` ttls are purged so the list does not grow with
 restarts.
 
