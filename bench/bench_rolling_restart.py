@@ -23,7 +23,10 @@ wrote the key less than `0.8 x TTL` before (a holder's own validity), and that r
 rebuilt the stream by then (its `stream_rebuilt` log line for that stream: a replica leading
 a stream it has not rebuilt runs no snapshot for it). For the rolling restart's window, the
 bench prints per stream count the longest time any stream had no valid leader (and which),
-how many streams went without one for longer than the TTL, against the TTL.
+how many streams went without one for longer than the TTL, against the TTL, and how many
+shard leases their holders lost meanwhile (`lease_lost` in their logs: a renewal later than
+the lease's validity, on an overloaded machine; such a shard is taken over a TTL later, so
+its streams go leaderless for longer than the TTL whatever the join and stop rules).
 
 With `--baseline DIR` (a checkout of another version, e.g. `git archive main | tar -x -C
 DIR`), each stream count runs first with the sidecars of DIR (`PYTHONPATH`), then with this
@@ -87,6 +90,7 @@ class Replica:
     ready: float = 0.0
     stopped: float = float("inf")
     rebuilt: dict[str, float] = field(default_factory=dict)
+    lost: list[float] = field(default_factory=list)
 
     async def start(self) -> None:
         self.spawned = time.time()
@@ -99,11 +103,15 @@ class Replica:
         await self.proc.stop()
 
     def read_log(self) -> None:
-        """When each stream was rebuilt (its `stream_rebuilt` line)."""
+        """When each stream was rebuilt (its `stream_rebuilt` line), and when it lost a
+        shard's lease (`lease_lost`: a renewal too late, the machine overloaded)."""
         for event in log_events(self.proc.log_path):
-            if event.get("event") == "stream_rebuilt":
+            if event.get("event") in ("stream_rebuilt", "lease_lost"):
                 stamp = datetime.fromisoformat(event["timestamp"]).timestamp()
-                self.rebuilt.setdefault(event["stream"], stamp)
+                if event["event"] == "lease_lost":
+                    self.lost.append(stamp)
+                else:
+                    self.rebuilt.setdefault(event["stream"], stamp)
 
 
 @dataclass(frozen=True)
@@ -270,6 +278,7 @@ async def one_pass(
         gaps = longest_gaps(watch, everyone, names, start, end)
         worst = max(gaps, key=lambda n: gaps[n])
         over = sum(1 for g in gaps.values() if g > LEASE_TTL_S)
+        lost = sum(1 for r in everyone for at in r.lost if start <= at <= end)
         median = statistics.median(gaps.values())
         readies = " / ".join(f"{r.ready - r.spawned:.1f}" for r in everyone[REPLICAS:])
         print(
@@ -278,7 +287,9 @@ async def one_pass(
             f"longest time a stream had no valid leader **{gaps[worst]:.1f} s** ({worst}, "
             f"shard {shard_of(worst, _SHARDS)}; median over the streams {median:.1f} s) against "
             f"the lease TTL {LEASE_TTL_S:.0f} s; "
-            f"{over} of {len(names)} streams leaderless longer than the TTL",
+            f"{over} of {len(names)} streams leaderless longer than the TTL; {lost} shard "
+            "leases lost by their holders meanwhile (renewed too late: each is taken over a "
+            "TTL later)",
             flush=True,
         )
     finally:
