@@ -140,16 +140,20 @@ def server_pids(cluster_dir: Path) -> list[int]:
 def code_of(checkout: Path | None) -> Iterator[str]:
     """Sidecars spawned inside run the code of `checkout` (None: this one, whichever checkout
     the venv was installed from); its label."""
-    saved = os.environ.get("PYTHONPATH")
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
     code = checkout if checkout is not None else _THIS
     os.environ["PYTHONPATH"] = f"{code}:{code / 'devtools'}"
+    # `python -m` puts the working directory first on sys.path, before PYTHONPATH: run from
+    # a checkout, the sidecars would import that checkout's code, whatever `checkout` says.
+    os.environ["PYTHONSAFEPATH"] = "1"
     try:
         yield "baseline" if checkout is not None else "this"
     finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 async def bounded(jobs: Iterable[Awaitable[T]]) -> list[T]:

@@ -8,9 +8,10 @@ cost `shards` KV writes per `ttl/3` per region whatever the number of streams. E
 acquisition writes a revision of one bucket, higher than any earlier revision of any key, so
 a stream's epochs only grow, even when it changes shard (a new shard count).
 
-**Members.** Each replica puts `members.<holder>` (with its shard count) every round; a
-member whose key kept its revision for a whole `ttl` (on this replica's monotonic clock, as
-for leases) is gone, and one with another shard count does not share this replica's shards.
+**Members.** Each replica whose claims are open (below) puts `members.<holder>` (with its
+shard count) every round; a member whose key kept its revision for a whole `ttl` (on this
+replica's monotonic clock, as for leases) is gone, and one with another shard count does not
+share this replica's shards.
 Keys of members gone for `_FORGET_TTLS` ttls are purged so the list does not grow with
 restarts.
 
@@ -21,8 +22,17 @@ expired shards, those it ranks highest first, until it has its share. A held sha
 moves when its holder is above its share, and moving it brings that holder down to its
 share and the taker at most up to its own: with one view of the members, no rule ever makes
 a replica take a shard it must then give back, so two replicas cannot trade one back and
-forth. A join moves only the others' excess; a leave only the leaver's shards (they expire
-like any lease, within the ttl).
+forth. A join moves only the others' excess; a leave only the leaver's shards: released on
+a clean stop (the others take them at their next round, within `ttl/3`), else they expire
+like any lease, within the ttl.
+
+**Claims** (a replica that joins, a new pod of a rolling upgrade). A replica takes no shard
+before `open_claims()`, which the runtime calls once its streams are rebuilt and running: a
+shard it took earlier would have no working leader (no snapshots, no updates) until then.
+Until it opens them it is no member either (it writes no `members.` key), so the others
+leave its share in place rather than release shards it cannot take yet; it still watches
+every shard, so that expiry is counted from its first look. The first replica of a region
+leads nothing until it is rebuilt.
 
 **Gate** (rolling upgrades, shard-count changes). Key `leader` is the single lease of rsub
 before shards. One sharding replica holds it (a `Lease` writing `{"shards": N}` along), so
@@ -38,6 +48,7 @@ against the bucket.
     member = Member(kv, port, "rsub-leases-west", "west-1", ttl_s=10.0, shards=32)
     leases = ShardLeases(member, on_change=print)
     task = asyncio.create_task(leases.run())
+    ...; leases.open_claims()           # once its streams run: it takes its share
     leases.for_stream("orders").state     # holder, epoch, whether this replica leads it
     task.cancel(); await leases.release()
 """
@@ -110,9 +121,11 @@ class Members:
         self._view = MemberView(member.holder, member.ttl_s, member.shards)
         self.live: tuple[str, ...] = (member.holder,)
 
-    async def announce(self) -> tuple[str, ...]:
-        """Renew this replica's key, then read the others'; the live members, sorted."""
-        await self._kv.put(self._key, member_value(self._holder, self._shards))
+    async def announce(self, member: bool) -> tuple[str, ...]:
+        """Renew this replica's key when it is a `member` (its claims are open), then read the
+        others'; the live members (this replica among them), sorted."""
+        if member:
+            await self._kv.put(self._key, member_value(self._holder, self._shards))
         now = self._clock()
         entries: dict[str, tuple[int, bytes | None]] = {}
         for key in await self._keys():
@@ -180,6 +193,7 @@ class ShardLeases:
         ]
         self._preference = preference(shards, holder)
         self.gate_open: bool | None = None
+        self.claims_open = False
 
     @property
     def known(self) -> bool:
@@ -193,6 +207,13 @@ class ShardLeases:
     @property
     def held(self) -> list[int]:
         return [i for i, lease in enumerate(self._leases) if lease.is_leader]
+
+    def open_claims(self) -> None:
+        """This replica's streams run: from its next round it is a member and takes its
+        share (see Claims in the module docstring)."""
+        if not self.claims_open:
+            log.info("shard_claims_opened", holder=self.holder)
+        self.claims_open = True
 
     def lease(self, shard: int) -> Lease:
         return self._leases[shard]
@@ -216,7 +237,7 @@ class ShardLeases:
         take every shard (the ones this replica prefers first)."""
         self.gate_open = await self._gate_open()
         try:
-            live = await self._members.announce()
+            live = await self._members.announce(self.claims_open)
         except (TimeoutError, NatsError) as err:
             # Renewals must not wait for the membership: go on with the last view of it.
             log.warning("members_round_failed", holder=self.holder, error=repr(err))
@@ -235,11 +256,11 @@ class ShardLeases:
         held = self.held
         await self._step_at_once(held)
         others = [shard for shard in self._preference if shard not in held]
-        if not may_take(self.gate_open, len(self.held), plan.share):
+        if not may_take(self.claims_open, self.gate_open, len(self.held), plan.share):
             await self._step_at_once(others)
             return
         for shard in others:
-            take = may_take(self.gate_open, len(self.held), plan.share)
+            take = may_take(self.claims_open, self.gate_open, len(self.held), plan.share)
             try:
                 await self._leases[shard].step(acquire=take)
             except (TimeoutError, NatsError) as err:
@@ -257,9 +278,9 @@ class ShardLeases:
                 raise outcome
 
     async def release(self) -> None:
-        """Give every shard up and leave (clean stop): the others take them over at once."""
-        for shard in self.held:
-            await self._leases[shard].release()
+        """Give every shard up and leave (clean stop): the others take them over at their
+        next round. The releases are sent together: one round trip, not one per shard."""
+        await asyncio.gather(*(self._leases[shard].release() for shard in self.held))
         await self._members.leave()
 
     async def _gate_open(self) -> bool | None:

@@ -9,8 +9,9 @@ decides from what it read, every time passed in (seconds on the replica's monoto
   `FORGET_TTLS` ttls);
 - `gate_open`: from the gate lease's state, whether this replica's scheme leads;
 - `balance`: from the live members, the gate and the shards held, this replica's share and
-  the shards it releases; `may_take`: whether it takes one more; `preference`: in which
-  order it looks at the shards (rendezvous rank, highest first);
+  the shards it releases; `may_take`: whether it takes one more (never before its claims
+  are open: its streams rebuilt); `preference`: in which order it looks at the shards
+  (rendezvous rank, highest first);
 - `next_round_at`: when the next round starts (every ttl/3 from the start of the last,
   however long that one took).
 """
@@ -100,10 +101,11 @@ def balance(
     return Balance(mine, over_share=tuple(excess(held, mine, holder)))
 
 
-def may_take(gate: bool | None, held: int, share: int) -> bool:
-    """Whether a replica holding `held` shards takes one more: only while the gate is open
-    for it and it is below its share."""
-    return gate is True and held < share
+def may_take(claims: bool, gate: bool | None, held: int, share: int) -> bool:
+    """Whether a replica holding `held` shards takes one more: only once its `claims` are
+    open (its streams rebuilt: a shard taken before would have no working leader until
+    they run), while the gate is open for it and it is below its share."""
+    return claims and gate is True and held < share
 
 
 @dataclass(frozen=True)

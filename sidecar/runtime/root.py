@@ -311,6 +311,7 @@ class Runtime:
         self._state.streams_rebuilt = True
         self._ready.set()
         log.info("runtime_ready", region=self.region, streams=list(self._drivers))
+        leases.open_claims()  # only now that its streams run does it take shards
 
     async def _start_stream(self, driver: StreamDriver) -> None:
         """Rebuild one stream's machine, then run its loops (bring-up, and each stream

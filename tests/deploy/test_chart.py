@@ -451,16 +451,30 @@ def test_maps_of_user_data_stay_open(helm_tool: ModuleType) -> None:
 
 def test_probes_default_startup_readiness_liveness(helm_tool: ModuleType) -> None:
     container = sidecar_container(objects(helm_tool, minimal(helm_tool), "rsub-west"))
+    # Startup waits for every stream rebuilt (/readyz), for the 10 min that covers 3,000
+    # streams (docs/operations.md, "Rolling upgrades"); liveness and readiness start after.
     assert container["startupProbe"] == {
-        "httpGet": {"path": "/healthz", "port": "http"},
+        "httpGet": {"path": "/readyz", "port": "http"},
         "initialDelaySeconds": 0,
-        "periodSeconds": 2,
+        "periodSeconds": 5,
         "timeoutSeconds": 3,
-        "failureThreshold": 30,
+        "failureThreshold": 120,
     }
     assert container["readinessProbe"]["grpc"] == {"port": 7070}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["livenessProbe"]["periodSeconds"] == 10
+
+
+def test_a_rolling_update_stops_an_old_pod_only_once_a_new_one_is_ready(
+    helm_tool: ModuleType,
+) -> None:
+    """One pod more at a time and none fewer: the replicas that lead keep leading until a
+    new one has rebuilt every stream (only then does it claim shards)."""
+    deployment = objects(helm_tool, minimal(helm_tool, replicaCount=3), "rsub-west")["Deployment"]
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
 
 
 @pytest.mark.parametrize("probe", ["startup", "readiness", "liveness"])

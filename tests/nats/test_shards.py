@@ -40,13 +40,17 @@ class Region:
         self.replicas: dict[str, ShardLeases] = {}
         self.acquired: Counter[str] = Counter()
 
-    def add(self, holder: str, shards: int = SHARDS) -> ShardLeases:
+    def add(self, holder: str, shards: int = SHARDS, *, claims: bool = True) -> ShardLeases:
+        """A replica; with its claims open (its streams rebuilt) unless `claims` is False."""
+
         def changed(shard: int, state: LeaseState, holder: str = holder) -> None:
             if state.leader:
                 self.acquired[holder] += 1
 
         member = Member(self.kv, NatsPort(self.nc), self.bucket, holder, TTL, shards, self.clock)
         leases = ShardLeases(member, on_change=changed)
+        if claims:
+            leases.open_claims()
         self.replicas[holder] = leases
         return leases
 
@@ -173,6 +177,50 @@ async def test_a_join_moves_only_the_excess_and_takes_its_share(region: Region) 
     assert {after[s][0] for s in moved} == {"d"}
     assert len(region.replicas["d"].held) == len(moved) > 0
     assert max(Counter(h[0] for h in after.values()).values()) <= quota
+
+
+async def test_a_joining_replica_claims_nothing_until_rebuilt_and_no_shard_goes_unled(
+    region: Region,
+) -> None:
+    """A replica still rebuilding its streams takes no shard, and the others do not release
+    any to it (it is no member yet); once its claims are open it takes the others' excess,
+    each shard free for at most one round of the others (ttl/3), not a ttl."""
+    for holder in ("a", "b", "c"):
+        region.add(holder)
+    await region.rounds(4)
+    before = {s: h[0] for s, h in region.holders().items()}
+    joining = region.add("d", claims=False)
+    await region.rounds(6)
+    assert joining.held == []
+    assert {s: h[0] for s, h in region.holders().items()} == before
+    assert region.replicas["a"].members == ("a", "b", "c")
+
+    joining.open_claims()
+    unled_rounds: Counter[int] = Counter()
+    for _ in range(6):
+        await region.rounds(1)
+        holders = region.holders()
+        assert all(len(h) <= 1 for h in holders.values()), holders
+        unled_rounds.update(s for s, h in holders.items() if not h)
+    assert len(joining.held) == share(SHARDS, 4)
+    assert all(len(h) == 1 for h in region.holders().values())
+    assert max(unled_rounds.values(), default=0) <= 1, unled_rounds
+
+
+async def test_a_stopped_replicas_shards_are_taken_at_the_next_round(region: Region) -> None:
+    """A clean stop releases the shards and the member key: one round of the others later
+    every shard is led again (not a ttl later, as after a crash)."""
+    for holder in ("a", "b", "c", "d"):
+        region.add(holder)
+    await region.rounds(4)
+    stopping = region.replicas.pop("d")
+    assert stopping.held
+    await stopping.release()
+    assert stopping.held == []
+    await region.rounds(1)
+    holders = region.holders()
+    assert all(len(h) == 1 for h in holders.values()), holders
+    assert max(Counter(h[0] for h in holders.values()).values()) <= share(SHARDS, 3)
 
 
 async def test_a_dead_replicas_shards_are_taken_over_with_higher_epochs(region: Region) -> None:

@@ -73,11 +73,13 @@ def test_balance_releases_the_excess_or_everything_when_the_gate_is_closed() -> 
     assert balance(8, 1, held, "a", True) == Balance(8)
 
 
-def test_a_replica_takes_only_below_its_share_with_the_gate_open() -> None:
-    assert may_take(True, 3, 4)
-    assert not may_take(True, 4, 4)
-    assert not may_take(None, 0, 4)
-    assert not may_take(False, 0, 4)
+def test_a_replica_takes_only_below_its_share_with_the_gate_and_its_claims_open() -> None:
+    assert may_take(True, True, 3, 4)
+    assert not may_take(True, True, 4, 4)
+    assert not may_take(True, None, 0, 4)
+    assert not may_take(True, False, 0, 4)
+    # Its streams not rebuilt yet: nothing, whatever its share and the gate.
+    assert not may_take(False, True, 0, 4)
 
 
 def test_the_gate() -> None:
@@ -155,7 +157,7 @@ class Region:
         for shard in plan.gate_closed + plan.over_share:
             del self.holder[shard]
         for shard in preference(self.shards, replica):
-            if not may_take(True, len(self.held(replica)), plan.share):
+            if not may_take(True, True, len(self.held(replica)), plan.share):
                 break
             if shard not in self.holder:
                 self.holder[shard] = replica

@@ -163,6 +163,7 @@ class Sidecar:
                 driver.leadership(state.leader, state.epoch)
 
         handles.leases = ShardLeases(member, on_change=changed)
+        handles.leases.open_claims()  # its stream is rebuilt (above), as the root does
         self.tasks += [
             loop.create_task(driver.drive()),
             loop.create_task(driver.tails.markers()),
