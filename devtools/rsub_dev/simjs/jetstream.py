@@ -42,6 +42,7 @@ from rsub_dev.simjs.stream import (
     StreamConfig,
     StreamInfo,
 )
+from rsub_dev.simjs.subjects import SubjectIndex
 from sidecar.nats.topology import subjects_overlap
 
 T = TypeVar("T")
@@ -57,10 +58,10 @@ class SimJetStream:
         self._streams: dict[str, Stream] = {}
         self._links: list[Link] = []
         # What keeps every operation's cost independent of the number of streams: the
-        # streams by the first token of their subjects (`_candidates`), the links from and to
+        # streams by the literal tokens of their subjects (`_candidates`), the links from and to
         # each stream, the links that may have a message to carry (by their place in
         # `_links`), the streams with a limit by age, and the consumers ever paused.
-        self._by_token: dict[str, dict[str, None]] = {}
+        self._by_subject = SubjectIndex()
         self._serial: dict[str, int] = {}
         self._links_from: dict[str, list[Link]] = {}
         self._links_to: dict[str, list[Link]] = {}
@@ -144,14 +145,8 @@ class SimJetStream:
         return best
 
     def _candidates(self, subject: str) -> list[Stream]:
-        """The streams whose subjects may overlap `subject`, in creation order: those with a
-        subject starting with its first token or with a wildcard (all when it starts with
-        one)."""
-        token = subject.partition(".")[0]
-        if token in ("*", ">"):
-            return list(self._streams.values())
-        names = {**self._by_token.get(token, {}), **self._by_token.get("*", {})}
-        names.update(self._by_token.get(">", {}))
+        """The streams whose subjects may overlap `subject`, in creation order."""
+        names = self._by_subject.candidates(subject)
         return sorted((self._streams[n] for n in names), key=lambda s: self._serial[s.name])
 
     def _overlapping(self, subjects: tuple[str, ...], but: Stream | None = None) -> bool:
@@ -164,11 +159,10 @@ class SimJetStream:
     def _index(self, stream: Stream, add: bool) -> None:
         """Add `stream` to the subject and age indexes (or take it out)."""
         for subject in stream.config.subjects:
-            names = self._by_token.setdefault(subject.partition(".")[0], {})
             if add:
-                names[stream.name] = None
+                self._by_subject.add(stream.name, subject)
             else:
-                names.pop(stream.name, None)
+                self._by_subject.remove(stream.name, subject)
         if add and stream.config.max_age_ms:
             self._aging.append(stream)
         elif not add and stream in self._aging:
