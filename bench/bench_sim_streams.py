@@ -5,7 +5,7 @@
 
 Per stream count, one world: two regions, one sidecar each, `--streams` virtual streams with
 10 replicated durables each in the first region (never consumed), the sidecar's default
-settings (1 s interval). After the bring-up and `--warmup` simulated seconds, two windows of
+settings (1 s interval) and `rsub run`'s GC settings. After the bring-up and `--warmup` simulated seconds, two windows of
 `--seconds` simulated seconds each, idle (no data) then loaded (one message per stream per
 simulated second in the first region, spread over the second):
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import os
 import pstats
 import sys
@@ -34,6 +35,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from rsub_dev.sim.scale import ScaleParams, ScaleWorld
+from sidecar.cli.run import _GC_THRESHOLDS
 from sidecar.logs import configure_logging
 
 _PARTS = ("product", "simulator", "event loop", "bench")
@@ -143,6 +145,7 @@ def measure(streams: int, seconds: float, warmup: float) -> dict[str, tuple[Wind
     windows: dict[str, tuple[Window, Window]] = {}
 
     async def phases(world: ScaleWorld) -> None:
+        gc.freeze()  # what the bring-up built, as `rsub run` does once ready
         print(
             f"  {streams} streams brought up in {time.perf_counter() - started:.1f} s",
             file=sys.stderr,
@@ -172,7 +175,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0, help="simulated, before each mode")
     parser.add_argument("--profile-top", type=int, default=0)
     args = parser.parse_args()
-    # The product logs as `rsub run` does (JSON, info), to nowhere.
+    # The product logs as `rsub run` does (JSON, info), to nowhere, with its GC settings.
+    gc.set_threshold(*_GC_THRESHOLDS)
     configure_logging("json", "info", stream=open(os.devnull, "w"))  # noqa: SIM115
     counts = [int(n) for n in args.streams.split(",")]
     results = {n: measure(n, args.seconds, args.warmup) for n in counts}

@@ -9,6 +9,7 @@ model decides when its callers see them.
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -66,6 +67,8 @@ class SimJetStream:
         self._links_from: dict[str, list[Link]] = {}
         self._links_to: dict[str, list[Link]] = {}
         self._pending: dict[int, Link] = {}
+        self._due: list[tuple[int, int]] = []
+        """(at least when its next message arrives, place) of the pending links: a heap."""
         self._aging: list[Stream] = []
         self._links_made = 0
         self._paused: set[tuple[str, str]] = set()
@@ -126,23 +129,46 @@ class SimJetStream:
         return min(times, default=None)
 
     def _next_arrival(self) -> tuple[int, Link, StoredMessage] | None:
-        """The first arrival due over the links (the first of them in `_links` on a tie);
-        only the pending ones can have one."""
-        best: tuple[int, Link, StoredMessage] | None = None
-        for place in sorted(self._pending):
-            link = self._pending[place]
-            origin = self._streams.get(link.origin)
-            if origin is None:
-                del self._pending[place]
+        """The first arrival due over the links (the first of them in `_links` on a tie).
+
+        Only the pending links can have one, each in `_due` under a time at or before its
+        next arrival: the first entry whose time is its link's arrival is the first arrival
+        (one found later is moved down to it; a blocked link leaves the heap until `_rewire`
+        puts every pending link back)."""
+        due = self._due
+        while due:
+            at, place = due[0]
+            link = self._pending.get(place)
+            origin = self._streams.get(link.origin) if link is not None else None
+            if link is None or origin is None:
+                heapq.heappop(due)
+                self._pending.pop(place, None)
                 continue
             if self._blocked(link):
+                heapq.heappop(due)
                 continue
             msg = link.next_message(origin)
             if msg is None:
+                heapq.heappop(due)
                 del self._pending[place]
-            elif best is None or link.arrival_ms(msg) < best[0]:
-                best = (link.arrival_ms(msg), link, msg)
-        return best
+                continue
+            arrival = link.arrival_ms(msg)
+            if arrival != at:
+                heapq.heapreplace(due, (arrival, place))
+                continue
+            return arrival, link, msg
+        return None
+
+    def _pend(self, link: Link) -> None:
+        """`link` may have a message to carry, arriving at the time the model stands at or
+        later."""
+        self._pending[link.place] = link
+        heapq.heappush(self._due, (self._settled_ms, link.place))
+
+    def _repend(self) -> None:
+        """Every pending link back in `_due` (after a change that may bring an arrival
+        forward: a link unblocked, a delay shortened, a link sourcing anew)."""
+        self._due = [(0, place) for place in sorted(self._pending)]
 
     def _candidates(self, subject: str) -> list[Stream]:
         """The streams whose subjects may overlap `subject`, in creation order."""
@@ -172,7 +198,7 @@ class SimJetStream:
         self._links.append(link)
         self._links_from.setdefault(link.origin, []).append(link)
         self._links_to.setdefault(link.target, []).append(link)
-        self._pending[link.place] = link
+        self._pend(link)
 
     def _relink(self, links: list[Link]) -> None:
         """`links` (a subset of `_links`, in order) are the links now."""
@@ -183,6 +209,7 @@ class SimJetStream:
             self._links_to.setdefault(link.target, []).append(link)
         alive = {id(link) for link in links}
         self._pending = {p: link for p, link in self._pending.items() if id(link) in alive}
+        self._repend()
 
     # ---- the network ------------------------------------------------------------------------
 
@@ -198,6 +225,7 @@ class SimJetStream:
             raise ValueError(f"delay_ms must not be negative, got {delay_ms}")
         self.settle()
         self.link(target, origin).delay_ms = delay_ms
+        self._repend()
 
     def stall(self, target: str, origin: str, stalled: bool = True) -> None:
         """Stop (or restart) the sourcing of `origin` into `target`."""
@@ -244,6 +272,7 @@ class SimJetStream:
                 link.open_since_ms = max(link.open_since_ms, now)
             elif not blocked and self._blocked(link):
                 link.heard_ms = None if active is None else now - active
+        self._repend()
 
     def _active(self, link: Link) -> int | None:
         """Nothing is heard from an origin that does not exist (-1 on a real server)."""
@@ -285,7 +314,7 @@ class SimJetStream:
 
     def _stored(self, stream: Stream) -> None:
         for link in self._links_from.get(stream.name, ()):
-            self._pending[link.place] = link
+            self._pend(link)
         if self.on_stored is not None:
             self.on_stored(stream.name)
 
