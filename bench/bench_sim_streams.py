@@ -18,7 +18,9 @@ simulated second in the first region, spread over the second):
   figure is its share of the first window's CPU.
 
 `--profile-top N` prints the product's N costliest functions (own time) of each window, per
-stream count, to find what grows with the streams.
+stream count, and the N product functions whose calls per stream per simulated second grow
+the most from the fewest streams to the most (counted, not timed: what grows with the
+streams there is work that does, whatever the noise of a shared machine).
 """
 
 from __future__ import annotations
@@ -58,10 +60,12 @@ def _part(func: Func) -> str | None:
     return None
 
 
-def attribute(stats: pstats.Stats) -> tuple[dict[str, float], dict[Func, float]]:
+def attribute(
+    stats: pstats.Stats,
+) -> tuple[dict[str, float], dict[Func, float], dict[Func, int]]:
     """Own time per part (`_part`), a library function's shared out over its callers in the
-    shares of their calls' cumulative time; and each product function's own time with the
-    library time attributed to it."""
+    shares of their calls' cumulative time; each product function's own time with the
+    library time attributed to it; and each product function's calls."""
     table = stats.stats  # type: ignore[attr-defined]
     shares: dict[Func, dict[Func | str, float]] = {}
 
@@ -101,7 +105,8 @@ def attribute(stats: pstats.Stats) -> tuple[dict[str, float], dict[Func, float]]
             else:
                 parts["product"] += own * fraction
                 product[owner] += own * fraction
-    return parts, product
+    calls = {func: row[1] for func, row in table.items() if _part(func) == "product"}
+    return parts, product, calls
 
 
 @dataclass
@@ -111,6 +116,7 @@ class Window:
     snapshots: int = 0
     parts: dict[str, float] = field(default_factory=dict)
     product: dict[Func, float] = field(default_factory=dict)
+    calls: dict[Func, int] = field(default_factory=dict)
 
 
 async def _window(world: ScaleWorld, seconds: float, profiled: bool) -> Window:
@@ -127,7 +133,7 @@ async def _window(world: ScaleWorld, seconds: float, profiled: bool) -> Window:
     window.wall_s = time.perf_counter() - wall
     window.snapshots = world.snapshots_completed() - completed
     if profile is not None:
-        window.parts, window.product = attribute(pstats.Stats(profile))
+        window.parts, window.product, window.calls = attribute(pstats.Stats(profile))
     return window
 
 
@@ -210,6 +216,33 @@ def main() -> None:
                 for (path, line, name), own in top:
                     where = path.split("/sidecar/", 1)[-1]
                     print(f"  {own * scale * us / n:>8.2f}  {where}:{line} {name}")
+        if len(results) > 1:
+            for mode in ("idle", "loaded"):
+                _growth(mode, results, args.seconds, args.profile_top)
+
+
+def _growth(
+    mode: str, results: dict[int, dict[str, tuple[Window, Window]]], seconds: float, top: int
+) -> None:
+    """The product functions whose calls per stream per simulated second grow the most
+    between the fewest streams and the most (called at least once per 100 streams a second)."""
+    low, high = min(results), max(results)
+    counts = {n: results[n][mode][1].calls for n in results}
+
+    def per(n: int, func: Func) -> float:
+        return counts[n].get(func, 0) / n / seconds
+
+    rows = [
+        (per(high, f) / per(low, f) if per(low, f) else float("inf"), f)
+        for f in set(counts[low]) | set(counts[high])
+        if max(per(low, f), per(high, f)) >= 0.01
+    ]
+    print(f"\nproduct, {mode}: calls per stream per simulated s, by growth ({low} to {high})")
+    print("  " + " ".join(f"{n:>9}" for n in sorted(results)) + "   growth  function")
+    for growth, (path, line, name) in sorted(rows, key=lambda r: -r[0])[:top]:
+        figures = " ".join(f"{per(n, (path, line, name)):>9.3f}" for n in sorted(results))
+        where = path.split("/sidecar/", 1)[-1]
+        print(f"  {figures}   {growth:>6.2f}  {where}:{line} {name}")
 
 
 if __name__ == "__main__":
