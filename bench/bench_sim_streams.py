@@ -20,7 +20,8 @@ simulated second in the first region, spread over the second):
 `--profile-top N` prints the product's N costliest functions (own time) of each window, per
 stream count, and the N product functions whose calls per stream per simulated second grow
 the most from the fewest streams to the most (counted, not timed: what grows with the
-streams there is work that does, whatever the noise of a shared machine).
+streams there is work that does, whatever the noise of a shared machine; cProfile counts
+each resumption of a coroutine as a call, so for `async` functions these are wake-ups).
 """
 
 from __future__ import annotations
