@@ -63,12 +63,12 @@ def machine_config(config: Config, vs: VirtualStream) -> MachineConfig:
         stream=vs.name,
         regions=tuple(config.regions),
         interval_ms=config.snapshot.interval_ms,
-        timeout_ms=int(config.snapshot.timeout_s * 1000),
+        timeout_ms=round(config.snapshot.timeout_s * 1000),
         cache_size=config.snapshot.cache_size,
         progress=config.progress.enabled,
         progress_interval_ms=config.progress.interval_ms,
-        hold_ms=int(config.failback.hold_s * 1000),
-        lease_ttl_ms=int(config.lease.ttl_s * 1000),
+        hold_ms=round(config.failback.hold_s * 1000),
+        lease_ttl_ms=round(config.lease.ttl_s * 1000),
     )
 
 

@@ -72,6 +72,12 @@ class SimNet:
             self.js.settle()
             await self.poke()
 
+    async def stored(self, stream: str) -> None:
+        """Wait until `stream` may hold new messages (here: until anything may have changed,
+        `changed`)."""
+        async with self.changed:
+            await self.changed.wait()
+
     async def poke(self) -> None:
         async with self.changed:
             self.changed.notify_all()
@@ -251,8 +257,7 @@ class SimPort:
                 yield StoredMessage(msg.seq, msg.subject, data, dict(msg.headers))
             if not live:
                 return
-            async with net.changed:
-                await net.changed.wait()
+            await net.stored(stream)
             await net.delay()
             await net.lag()
 

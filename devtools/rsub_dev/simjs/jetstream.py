@@ -9,6 +9,7 @@ model decides when its callers see them.
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -34,7 +35,15 @@ from rsub_dev.simjs.faults import Fault, Faults, Op
 from rsub_dev.simjs.kv import KeyValue, bucket_config, bucket_stream
 from rsub_dev.simjs.message import StoredMessage
 from rsub_dev.simjs.sourcing import Link
-from rsub_dev.simjs.stream import PubAck, SourceInfo, Stream, StreamConfig, StreamInfo
+from rsub_dev.simjs.stream import (
+    PubAck,
+    SourceConfig,
+    SourceInfo,
+    Stream,
+    StreamConfig,
+    StreamInfo,
+)
+from rsub_dev.simjs.subjects import SubjectIndex
 from sidecar.nats.topology import subjects_overlap
 
 T = TypeVar("T")
@@ -49,6 +58,20 @@ class SimJetStream:
         self.faults = faults if faults is not None else Faults(rng)
         self._streams: dict[str, Stream] = {}
         self._links: list[Link] = []
+        # What keeps every operation's cost independent of the number of streams: the
+        # streams by the literal tokens of their subjects (`_candidates`), the links from and to
+        # each stream, the links that may have a message to carry (by their place in
+        # `_links`), the streams with a limit by age, and the consumers ever paused.
+        self._by_subject = SubjectIndex()
+        self._serial: dict[str, int] = {}
+        self._links_from: dict[str, list[Link]] = {}
+        self._links_to: dict[str, list[Link]] = {}
+        self._pending: dict[int, Link] = {}
+        self._due: list[tuple[int, int]] = []
+        """(at least when its next message arrives, place) of the pending links: a heap."""
+        self._aging: list[Stream] = []
+        self._links_made = 0
+        self._paused: set[tuple[str, str]] = set()
         self._cut: set[str | None] = set()
         self._settled_ms = clock.now_ms()
         self._created = 0  # streams created so far (in their creation times' nanoseconds)
@@ -59,6 +82,9 @@ class SimJetStream:
         self.on_paused: Callable[[str, str, int | None], None] | None = None
         """Told of every `CONSUMER.PAUSE` that takes effect: stream, consumer, until when
         (None: resumed)."""
+        self.on_stored: Callable[[str], None] | None = None
+        """Told of every message a stream stores (published, sourced or a key's value): the
+        stream's name."""
 
     @property
     def now_ms(self) -> int:
@@ -74,14 +100,14 @@ class SimJetStream:
             raise RuntimeError(f"the clock went back from {self._settled_ms} to {now} ms")
         while (arrival := self._next_arrival()) is not None and arrival[0] <= now:
             at, link, _ = arrival
-            for stream in self._streams.values():
+            for stream in self._aging:
                 stream.expire(at)
             msg = link.next_message(self._streams[link.origin])  # unless it expired at `at`
             if msg is not None and link.arrival_ms(msg) == at:
                 ack = link.carry(msg, self._streams[link.origin], self._streams[link.target], at)
                 if self.on_sourced is not None:
                     self.on_sourced(link, msg, ack)
-        for stream in self._streams.values():
+        for stream in self._aging:
             stream.expire(now)
         self._settled_ms = now
 
@@ -89,33 +115,107 @@ class SimJetStream:
         """When something next happens by itself: an arrival, an expiry, a pause ending."""
         self.settle()
         now = self._settled_ms
-        times = [t for s in self._streams.values() if (t := s.next_expiry_ms()) is not None]
-        times += [
-            c.pause_until_ms
-            for s in self._streams.values()
-            for c in s.consumers.values()
-            if c.pause_until_ms is not None and c.pause_until_ms > now
-        ]
+        times = [t for s in self._aging if (t := s.next_expiry_ms()) is not None]
+        for stream_name, name in list(self._paused):
+            stream = self._streams.get(stream_name)
+            consumer = stream.consumers.get(name) if stream is not None else None
+            until = consumer.pause_until_ms if consumer is not None else None
+            if until is None or until <= now:
+                self._paused.discard((stream_name, name))
+            else:
+                times.append(until)
         if (arrival := self._next_arrival()) is not None:
             times.append(arrival[0])
         return min(times, default=None)
 
     def _next_arrival(self) -> tuple[int, Link, StoredMessage] | None:
-        best: tuple[int, Link, StoredMessage] | None = None
-        for link in self._links:
-            origin = self._streams.get(link.origin)
-            if origin is None or self._blocked(link):
+        """The first arrival due over the links (the first of them in `_links` on a tie).
+
+        Only the pending links can have one, each in `_due` under a time at or before its
+        next arrival: the first entry whose time is its link's arrival is the first arrival
+        (one found later is moved down to it; a blocked link leaves the heap until `_rewire`
+        puts every pending link back)."""
+        due = self._due
+        while due:
+            at, place = due[0]
+            link = self._pending.get(place)
+            origin = self._streams.get(link.origin) if link is not None else None
+            if link is None or origin is None:
+                heapq.heappop(due)
+                self._pending.pop(place, None)
+                continue
+            if self._blocked(link):
+                heapq.heappop(due)
                 continue
             msg = link.next_message(origin)
-            if msg is not None and (best is None or link.arrival_ms(msg) < best[0]):
-                best = (link.arrival_ms(msg), link, msg)
-        return best
+            if msg is None:
+                heapq.heappop(due)
+                del self._pending[place]
+                continue
+            arrival = link.arrival_ms(msg)
+            if arrival != at:
+                heapq.heapreplace(due, (arrival, place))
+                continue
+            return arrival, link, msg
+        return None
+
+    def _pend(self, link: Link) -> None:
+        """`link` may have a message to carry, arriving at the time the model stands at or
+        later."""
+        self._pending[link.place] = link
+        heapq.heappush(self._due, (self._settled_ms, link.place))
+
+    def _repend(self) -> None:
+        """Every pending link back in `_due` (after a change that may bring an arrival
+        forward: a link unblocked, a delay shortened, a link sourcing anew)."""
+        self._due = [(0, place) for place in sorted(self._pending)]
+
+    def _candidates(self, subject: str) -> list[Stream]:
+        """The streams whose subjects may overlap `subject`, in creation order."""
+        names = self._by_subject.candidates(subject)
+        return sorted((self._streams[n] for n in names), key=lambda s: self._serial[s.name])
+
+    def _overlapping(self, subjects: tuple[str, ...], but: Stream | None = None) -> bool:
+        return any(
+            other is not but and any(subjects_overlap(subject, b) for b in other.config.subjects)
+            for subject in subjects
+            for other in self._candidates(subject)
+        )
+
+    def _index(self, stream: Stream, add: bool) -> None:
+        """Add `stream` to the subject and age indexes (or take it out)."""
+        for subject in stream.config.subjects:
+            if add:
+                self._by_subject.add(stream.name, subject)
+            else:
+                self._by_subject.remove(stream.name, subject)
+        if add and stream.config.max_age_ms:
+            self._aging.append(stream)
+        elif not add and stream in self._aging:
+            self._aging.remove(stream)
+
+    def _add_link(self, link: Link) -> None:
+        self._links.append(link)
+        self._links_from.setdefault(link.origin, []).append(link)
+        self._links_to.setdefault(link.target, []).append(link)
+        self._pend(link)
+
+    def _relink(self, links: list[Link]) -> None:
+        """`links` (a subset of `_links`, in order) are the links now."""
+        self._links = links
+        self._links_from, self._links_to = {}, {}
+        for link in links:
+            self._links_from.setdefault(link.origin, []).append(link)
+            self._links_to.setdefault(link.target, []).append(link)
+        alive = {id(link) for link in links}
+        self._pending = {p: link for p, link in self._pending.items() if id(link) in alive}
+        self._repend()
 
     # ---- the network ------------------------------------------------------------------------
 
     def link(self, target: str, origin: str) -> Link:
         """The link sourcing `origin` into `target` (set `delay_ms` through `set_delay`)."""
-        for link in self._links:
+        for link in self._links_to.get(target, ()):
             if link.target == target and link.origin == origin:
                 return link
         raise KeyError(f"{target} does not source {origin}")
@@ -125,6 +225,7 @@ class SimJetStream:
             raise ValueError(f"delay_ms must not be negative, got {delay_ms}")
         self.settle()
         self.link(target, origin).delay_ms = delay_ms
+        self._repend()
 
     def stall(self, target: str, origin: str, stalled: bool = True) -> None:
         """Stop (or restart) the sourcing of `origin` into `target`."""
@@ -156,6 +257,10 @@ class SimJetStream:
             if here == cluster:
                 link.heard_ms = None
 
+    def _new_link(self, target: str, source: SourceConfig) -> Link:
+        self._links_made += 1
+        return Link(target, source, open_since_ms=self._settled_ms, place=self._links_made)
+
     def _rewire(self, change: Callable[[], object]) -> None:
         self.settle()
         now = self._settled_ms
@@ -167,6 +272,7 @@ class SimJetStream:
                 link.open_since_ms = max(link.open_since_ms, now)
             elif not blocked and self._blocked(link):
                 link.heard_ms = None if active is None else now - active
+        self._repend()
 
     def _active(self, link: Link) -> int | None:
         """Nothing is heard from an origin that does not exist (-1 on a real server)."""
@@ -206,6 +312,12 @@ class SimJetStream:
             raise SimTimeout()
         return result
 
+    def _stored(self, stream: Stream) -> None:
+        for link in self._links_from.get(stream.name, ()):
+            self._pend(link)
+        if self.on_stored is not None:
+            self.on_stored(stream.name)
+
     def _stream(self, name: str) -> Stream:
         stream = self._streams.get(name)
         if stream is None:
@@ -232,19 +344,17 @@ class SimJetStream:
                         "stream name already in use with a different configuration",
                     )
                 return self._info(existing)
-            for other in self._streams.values():
-                if any(
-                    subjects_overlap(a, b) for a in config.subjects for b in other.config.subjects
-                ):
-                    raise api_error(
-                        400, SUBJECT_OVERLAP, "subjects overlap with an existing stream"
-                    )
+            if self._overlapping(config.subjects):
+                raise api_error(400, SUBJECT_OVERLAP, "subjects overlap with an existing stream")
             self._created += 1
             stream = Stream(config, self._settled_ms * 1_000_000 + self._created % 1_000_000)
+            stream.watcher = self._stored
             self._streams[config.name] = stream
+            self._serial[config.name] = self._created
+            self._index(stream, add=True)
             self._leader_since[config.name] = self._settled_ms
             for source in config.sources:
-                self._links.append(Link(config.name, source, open_since_ms=self._settled_ms))
+                self._add_link(self._new_link(config.name, source))
             return self._info(stream)
 
         return self._call(Op.STREAM_CREATE, config.name, create, cluster=config.placement)
@@ -255,21 +365,18 @@ class SimJetStream:
 
         def update() -> StreamInfo:
             stream = self._stream(config.name)
-            for other in self._streams.values():
-                if other is not stream and any(
-                    subjects_overlap(a, b) for a in config.subjects for b in other.config.subjects
-                ):
-                    raise api_error(
-                        400, SUBJECT_OVERLAP, "subjects overlap with an existing stream"
-                    )
+            if self._overlapping(config.subjects, but=stream):
+                raise api_error(400, SUBJECT_OVERLAP, "subjects overlap with an existing stream")
             kept = [s for s in stream.config.sources if s in config.sources]
-            self._links = [
-                link for link in self._links if link.target != stream.name or link.source in kept
-            ]
+            self._relink(
+                [link for link in self._links if link.target != stream.name or link.source in kept]
+            )
             for source in config.sources:
                 if source not in kept:
-                    self._links.append(Link(stream.name, source, open_since_ms=self._settled_ms))
+                    self._add_link(self._new_link(stream.name, source))
+            self._index(stream, add=False)
             stream.config = config
+            self._index(stream, add=True)
             return self._info(stream)
 
         return self._call(Op.STREAM_UPDATE, config.name, update)
@@ -279,22 +386,22 @@ class SimJetStream:
         overlap it), asked from `cluster` (None: unaffected by a lost meta leader)."""
 
         def names() -> list[str]:
+            if subject is None:
+                return list(self._streams)
             return [
-                name
-                for name, stream in self._streams.items()
-                if subject is None
-                or any(subjects_overlap(subject, s) for s in stream.config.subjects)
+                stream.name
+                for stream in self._candidates(subject)
+                if any(subjects_overlap(subject, s) for s in stream.config.subjects)
             ]
 
         return self._call(Op.STREAM_NAMES, "", names, cluster=cluster)
 
     def stream_delete(self, name: str) -> None:
         def delete() -> None:
-            self._streams.pop(self._stream(name).name)
-            self._links = [link for link in self._links if link.target != name]
-            for link in self._links:
-                if link.origin == name:
-                    link.restart()  # a stream created again under the name is sourced anew
+            self._index(self._streams.pop(self._stream(name).name), add=False)
+            self._relink([link for link in self._links if link.target != name])
+            for link in self._links_from.get(name, ()):
+                link.restart()  # a stream created again under the name is sourced anew
 
         self._call(Op.STREAM_DELETE, name, delete)
 
@@ -307,8 +414,7 @@ class SimJetStream:
     def _info(self, stream: Stream) -> StreamInfo:
         sources = tuple(
             SourceInfo(link.origin, self._active(link))
-            for link in self._links
-            if link.target == stream.name
+            for link in self._links_to.get(stream.name, ())
         )
         leader_since = self._leader_since.get(stream.name)
         return replace(stream.info(), sources=sources, leader_since_ms=leader_since)
@@ -321,7 +427,7 @@ class SimJetStream:
         self, subject: str, data: bytes = b"", headers: Mapping[str, str] | None = None
     ) -> PubAck:
         """Store a message in the stream whose subjects take `subject`."""
-        stream = next((s for s in self._streams.values() if s.takes(subject)), None)
+        stream = next((s for s in self._candidates(subject) if s.takes(subject)), None)
 
         def store() -> PubAck:
             if stream is None:
@@ -398,6 +504,8 @@ class SimJetStream:
 
         def pause(consumer: Consumer) -> ConsumerInfo:
             consumer.pause_until_ms = until_ms
+            if until_ms is not None:
+                self._paused.add((stream, name))
             if self.on_paused is not None:
                 self.on_paused(stream, name, until_ms)
             return consumer.info(self._settled_ms)

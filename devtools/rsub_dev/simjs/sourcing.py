@@ -40,6 +40,8 @@ class Link:
     heard_ms: int | None = None
     """While blocked or not open yet: when the target last heard from the origin (None: not
     since the link was made or its servers restarted, `SimJetStream.restart`)."""
+    place: int = 0
+    """Its place among the links, in the order they were made."""
     _ahead: StoredMessage | None = None  # the next message, found once
 
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from nats.js.api import Header
@@ -167,6 +167,8 @@ class Stream:
     _dedup: dict[str, _Dedup] = field(default_factory=dict)
     _first: int = 0
     _last: int = 0
+    watcher: Callable[[Stream], None] | None = None
+    """Told of every message stored (not of a duplicate dropped)."""
 
     @property
     def name(self) -> str:
@@ -254,6 +256,8 @@ class Stream:
         if self.config.max_msgs:
             while len(self._msgs) > self.config.max_msgs:
                 self._remove(self._first)
+        if self.watcher is not None:
+            self.watcher(self)
         return PubAck(self.name, seq)
 
     def expire(self, now_ms: int) -> None:

@@ -63,3 +63,57 @@ class SubjectTransform:
             else:
                 out.append(token)
         return ".".join(out)
+
+
+@dataclass(slots=True)
+class _Node:
+    names: dict[str, None]
+    children: dict[str, _Node]
+
+
+class SubjectIndex:
+    """Names (of streams) by the subject patterns they hold, to find the few whose patterns
+    may overlap a subject without looking at every other: each name is kept at the node of
+    its pattern's literal tokens before the first wildcard."""
+
+    def __init__(self) -> None:
+        self._root = _Node({}, {})
+
+    @staticmethod
+    def _literal(subject: str) -> list[str]:
+        tokens = subject.split(".")
+        for i, token in enumerate(tokens):
+            if token in ("*", ">"):
+                return tokens[:i]
+        return tokens
+
+    def add(self, name: str, subject: str) -> None:
+        node = self._root
+        for token in self._literal(subject):
+            node = node.children.setdefault(token, _Node({}, {}))
+        node.names[name] = None
+
+    def remove(self, name: str, subject: str) -> None:
+        node: _Node | None = self._root
+        for token in self._literal(subject):
+            node = node.children.get(token) if node is not None else None
+        if node is not None:
+            node.names.pop(name, None)
+
+    def candidates(self, subject: str) -> set[str]:
+        """Every name holding a pattern that may overlap `subject` (and maybe a few more):
+        those whose literal tokens are a prefix of its own, or extend them."""
+        node = self._root
+        found = set(node.names)
+        for token in self._literal(subject):
+            child = node.children.get(token)
+            if child is None:
+                return found
+            node = child
+            found.update(node.names)
+        below = list(node.children.values())
+        while below:
+            deeper = below.pop()
+            found.update(deeper.names)
+            below.extend(deeper.children.values())
+        return found

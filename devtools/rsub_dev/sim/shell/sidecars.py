@@ -4,7 +4,7 @@ of one region, over a port to the simulated JetStream whose consumer moves are c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,13 @@ from rsub_dev.sim.port import LoopClock, ProcessNet, SimPort
 from rsub_dev.sim.shell.checks import Checks, Replica, checked
 from rsub_dev.sim.shell.params import SHARDS, STREAM, ShellParams
 from sidecar.config.nats import NatsConfig
+from sidecar.config.schema import (
+    Config,
+    FailbackConfig,
+    LeaseConfig,
+    SnapshotConfig,
+    StreamConfig,
+)
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
 from sidecar.nats.connection import NatsConnection
@@ -24,6 +31,10 @@ from sidecar.protocol import MachineConfig, Marker, Snapshot, StreamMachine, Upd
 from sidecar.runtime.driver import StreamDriver
 from sidecar.runtime.handles import RegionHandles
 from sidecar.runtime.intervals import IntervalLoop
+from sidecar.runtime.root import machine_config
+
+_NATS = NatsConfig(servers=("nats://sim.invalid:4222",))
+"""Where the runtime would connect: nowhere, its port is simulated."""
 
 
 class CheckedPort(SimPort):
@@ -105,19 +116,108 @@ class CheckedPort(SimPort):
 
 
 @dataclass
-class Sidecar:
-    """One sidecar replica of a region (the n-th; `starts` counts its restarts)."""
+class SimSidecar:
+    """One sidecar replica of a region (the n-th; `starts` counts its restarts) running the
+    runtime's parts over the simulated port (`run`)."""
 
     region: str
     index: int
-    port: CheckedPort
-    driver: StreamDriver | None = None
+    port: SimPort
+    drivers: dict[str, StreamDriver] = field(default_factory=dict)
+    """The running incarnation's streams (`run`), by name."""
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     starts: int = 0
 
     @property
     def name(self) -> str:
         return f"{self.region}-{self.index}"
+
+    @property
+    def holder(self) -> str:
+        """The running incarnation's name in the leases and the members."""
+        return f"{self.name}-{self.starts}"
+
+    async def run(
+        self,
+        streams: Sequence[VirtualStream],
+        config: Config,
+        make: Callable[[VirtualStream, MachineConfig, RegionHandles], StreamDriver],
+        note: Callable[[str], None],
+    ) -> None:
+        """A new incarnation running `streams` with the runtime's parts, wired as the
+        runtime's root wires them: a driver per stream (`make`, with its `MachineConfig` from
+        `machine_config`), each rebuilt; one `IntervalLoop` for all, one `ShardLeases` with
+        the region's membership handing each shard's leadership to its streams (each change
+        `note`d); the drivers' loops and tails. `config` gives the settings (`settings`)."""
+        loop = asyncio.get_running_loop()
+        region = self.region
+        self.starts += 1
+        holder = self.holder
+        handles = _handles(region, self.port, LoopClock(loop).now_ms)
+        bucket_name = f"{config.lease.bucket}-{region}"
+        bucket = await self.port.key_value(bucket_name)
+        handles.cursor_store = CursorStore(bucket)
+        shards = config.lease.shards
+        by_shard: dict[int, list[StreamDriver]] = {}
+        self.drivers = {}
+        for vs in streams:
+            driver = make(vs, machine_config(config, vs), handles)
+            self.drivers[vs.name] = driver
+            by_shard.setdefault(shard_of(vs.name, shards), []).append(driver)
+            await driver.rebuild()
+        snapshot = config.snapshot
+        intervals = IntervalLoop(
+            handles,
+            snapshot.interval_ms,
+            snapshot.sweep_intervals,
+            tick_ms=config.progress.interval_ms,
+        )
+        member = Member(
+            bucket, self.port, bucket_name, holder, config.lease.ttl_s, shards, loop.time
+        )
+
+        def changed(shard: int, state: LeaseState) -> None:
+            drivers = by_shard.get(shard, [])
+            if drivers:
+                note(f"{holder} leader={state.leader} epoch={state.epoch}")
+            for driver in drivers:
+                driver.leadership(state.leader, state.epoch)
+
+        handles.leases = ShardLeases(member, on_change=changed)
+        handles.leases.open_claims()  # every stream is rebuilt (above), as the root does
+        for driver in self.drivers.values():
+            self.tasks += [
+                loop.create_task(driver.drive()),
+                loop.create_task(driver.tails.markers()),
+                loop.create_task(driver.tails.origins()),
+            ]
+        self.tasks += [
+            loop.create_task(intervals.run()),
+            loop.create_task(intervals.follow_cursors(bucket_name)),
+            loop.create_task(handles.leases.run()),
+        ]
+        for driver in self.drivers.values():
+            await intervals.add(driver)
+
+    async def stop(self) -> None:
+        """A crash: its tasks end where they are (its leases expire on their own)."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
+
+
+@dataclass
+class Sidecar(SimSidecar):
+    """A sidecar replica of the runtime's world: its one stream (`start`), its consumer
+    moves checked (`CheckedPort`), its process frozen at times (`freeze`)."""
+
+    port: CheckedPort
+
+    @property
+    def driver(self) -> StreamDriver | None:
+        """The driver of the runtime's world's one stream (`STREAM`)."""
+        return self.drivers.get(STREAM)
 
     async def start(
         self,
@@ -127,59 +227,21 @@ class Sidecar:
         machine_factory: type[StreamMachine],
         world: LoopWorld[ShellParams],
     ) -> None:
-        """The real driver, interval loop and shard leases (with the region's membership),
-        wired as the runtime's root wires them for one stream."""
-        loop = asyncio.get_running_loop()
-        region = self.region
-        self.starts += 1
-        holder = f"{self.name}-{self.starts}"
-        handles = _handles(region, self.port, LoopClock(loop).now_ms)
-        config = MachineConfig(
-            region,
-            STREAM,
-            vs.regions,
-            interval_ms=p.interval_ms,
-            timeout_ms=p.timeout_ms,
-            hold_ms=p.hold_ms,
-            lease_ttl_ms=p.lease_ttl_ms,
-        )
-        bucket_name = f"rsub-{region}"
-        bucket = await self.port.key_value(bucket_name)
-        handles.cursor_store = CursorStore(bucket)
-        self.port.replica = replica = Replica(world, self.port.checks, holder, region)
-        machines = checked(machine_factory, replica)
-        driver = driver_factory(vs, config, handles, SidecarMetrics(), machines)
-        self.driver = driver
-        self.port.machine = lambda: driver.machine
-        await driver.rebuild()
-        intervals = IntervalLoop(handles, p.interval_ms, sweep_intervals=30)
-        ttl_s = p.lease_ttl_ms / 1000
-        member = Member(bucket, self.port, bucket_name, holder, ttl_s, SHARDS, loop.time)
-        stream_shard = shard_of(STREAM, SHARDS)
+        """The runtime's world's one stream (`run`), its consumer moves checked by this
+        incarnation's `Replica` and its machine checked as it goes (`checked`)."""
+        port = self.port
 
-        def changed(shard: int, state: LeaseState) -> None:
-            if shard == stream_shard:
-                world.note(f"{holder} leader={state.leader} epoch={state.epoch}")
-                driver.leadership(state.leader, state.epoch)
+        def make(vs: VirtualStream, config: MachineConfig, handles: RegionHandles) -> StreamDriver:
+            port.replica = replica = Replica(world, port.checks, self.holder, self.region)
+            driver = driver_factory(vs, config, handles, metrics, checked(machine_factory, replica))
+            port.machine = lambda: driver.machine
+            return driver
 
-        handles.leases = ShardLeases(member, on_change=changed)
-        handles.leases.open_claims()  # its stream is rebuilt (above), as the root does
-        self.tasks += [
-            loop.create_task(driver.drive()),
-            loop.create_task(driver.tails.markers()),
-            loop.create_task(driver.tails.origins()),
-            loop.create_task(intervals.run()),
-            loop.create_task(intervals.follow_cursors(bucket_name)),
-            loop.create_task(handles.leases.run()),
-        ]
-        await intervals.add(driver)
+        metrics = SidecarMetrics()
+        await self.run([vs], settings(p, self.region, vs.regions), make, world.note)
 
     async def stop(self) -> None:
-        """A crash: its tasks end where they are (its leases expire on their own)."""
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        self.tasks.clear()
+        await super().stop()
         self.port.net.awake.set()  # it starts again awake
 
     async def freeze(self, ms: int) -> None:
@@ -190,9 +252,26 @@ class Sidecar:
         self.port.net.awake.set()
 
 
+def settings(p: ShellParams, region: str, regions: tuple[str, ...]) -> Config:
+    """The sidecar's settings in a run with parameters `p` (what `machine_config` and the
+    wiring read; the streams are given to `Sidecar.run`): the runtime's world's shards
+    (`SHARDS`), its lease bucket `rsub-<region>`, the sweep every 30 snapshot intervals."""
+    return Config(
+        region=region,
+        regions=regions,
+        nats=_NATS,
+        streams=(StreamConfig(STREAM),),
+        snapshot=SnapshotConfig(
+            interval_ms=p.interval_ms, timeout_s=p.timeout_ms / 1000, sweep_intervals=30
+        ),
+        failback=FailbackConfig(hold_s=p.hold_ms / 1000),
+        lease=LeaseConfig(bucket="rsub", ttl_s=p.lease_ttl_ms / 1000, shards=SHARDS),
+    )
+
+
 def _handles(region: str, port: SimPort, clock: Callable[[], int]) -> RegionHandles:
     """The region's handles over the simulated port (the runtime's root builds them over
     the connection): connected, as far as the runtime asks."""
-    connection = NatsConnection(NatsConfig(servers=("nats://sim.invalid:4222",)), name=region)
+    connection = NatsConnection(_NATS, name=region)
     connection.connected = True
     return RegionHandles(region, connection, port, clock=clock)
