@@ -4,6 +4,7 @@ when built (`sidecar.config.checks`). Loading a file and the environment is `loa
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 import types
 from collections.abc import Iterable, Iterator, Mapping
@@ -380,6 +381,9 @@ class LogConfig(Section):
     )
 
 
+# How many configured stream names an unknown stream's error lists.
+_NAMES_SHOWN = 20
+
 # NamingError messages start with the VirtualStream field at fault; map it to our key.
 _NAMING_FIELDS = {"name": "name", "write_pattern": "write_stream", "read_pattern": "read_stream"}
 
@@ -465,11 +469,22 @@ class Config(Section):
         """The NATS cluster that hosts `region`'s streams (defaults to the region's name)."""
         return self.cluster_for_region.get(region, region)
 
+    @functools.cached_property
+    def _streams_by_name(self) -> Mapping[str, StreamConfig]:
+        # A bring-up looks up every stream: a scan each time was quadratic in the streams.
+        return {s.name: s for s in self.streams}
+
     def stream(self, name: str) -> StreamConfig:
-        for stream in self.streams:
-            if stream.name == name:
-                return stream
-        raise KeyError(f"unknown stream {name!r}; configured: {[s.name for s in self.streams]}")
+        try:
+            return self._streams_by_name[name]
+        except KeyError:
+            shown = [s.name for s in self.streams[:_NAMES_SHOWN]]
+            more = (
+                f" and {len(self.streams) - len(shown)} more"
+                if len(self.streams) > len(shown)
+                else ""
+            )
+            raise KeyError(f"unknown stream {name!r}; configured: {shown}{more}") from None
 
     def virtual_stream(self, name: str) -> VirtualStream:
         """The naming contract (stream names, subjects) of the configured stream `name`."""

@@ -85,6 +85,15 @@ def test_virtual_streams_follow_patterns_and_clusters() -> None:
         config.stream("nope")
 
 
+def test_an_unknown_stream_among_thousands_names_a_few() -> None:
+    data = minimal()
+    data["streams"] = [{"name": f"s{i}"} for i in range(3_000)]
+    config = config_from_mapping(data)
+    assert config.stream("s2999").name == "s2999"
+    with pytest.raises(KeyError, match=r"configured: \['s0', .*'s19'\] and 2980 more"):
+        config.stream("nope")
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
