@@ -144,6 +144,11 @@ class Readiness:
     its first round) is rebuilt from its read stream (markers, and origins with progress
     vectors on): before that, queries would answer from nothing. A stream discovered later
     answers UNAVAILABLE until its own rebuild is done, without making the sidecar unready."""
+    rebuilt: int = 0
+    """Streams rebuilt and running so far: each answers the API from then on, while the others
+    still answer UNAVAILABLE (the progress of a start, with `streams`)."""
+    streams: int = 0
+    """Streams the sidecar runs (listed, and discovered so far)."""
 
     @property
     def ready(self) -> bool:
