@@ -18,9 +18,9 @@ Before each timed start the bench waits until the account holds only the streams
 (the tails and replays a sidecar stopped before left ephemeral consumers that the servers
 drop after their inactivity threshold), so every start finds the servers in the same state.
 
-Printed per start: process start -> /readyz 200; runtime_started -> runtime_ready; when a
-quarter, half, three quarters and all of the streams were rebuilt (from `stream_rebuilt`
-log stamps); the rebuild time per stream of the first and the last tenth of the streams to
+Printed per start: process start -> /readyz 200; runtime_started -> runtime_ready; when the
+topology of every stream was checked (`topology_applied`), and when a quarter, half, three
+quarters and all of the streams were rebuilt (from `stream_rebuilt` log stamps); the rebuild time per stream of the first and the last tenth of the streams to
 be rebuilt (a sequential rebuild whose cost grows with the streams already running shows it
 here); the CPU seconds the sidecar and the nats-servers used until ready; and, from the
 sidecar's logs where it writes them (`stream_rebuilt` `replay_ms`/`positions_ms`/
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
@@ -61,6 +62,7 @@ _STAGES = (
     ("signals subscribed", "stream_running", "signals_ms"),
 )
 _EPHEMERAL_GONE_S = 180.0
+_THIS = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ def progress_figures(events: Sequence[dict[str, Any]], count: int) -> str:
     first and last tenth."""
     begun = next(stamp(e) for e in events if e.get("event") == "runtime_started")
     rebuilt = sorted(stamp(e) - begun for e in events if e.get("event") == "stream_rebuilt")
+    checked = [stamp(e) - begun for e in events if e.get("event") == "topology_applied"]
+    topology = f"topology checked at {max(checked):.1f} s; " if checked else ""
     if len(rebuilt) < count:
         return f"only {len(rebuilt)} of {count} streams rebuilt"
     quarters = " / ".join(f"{rebuilt[max(0, q * count // 4 - 1)]:.1f}" for q in (1, 2, 3, 4))
@@ -152,7 +156,7 @@ def progress_figures(events: Sequence[dict[str, Any]], count: int) -> str:
     first = (rebuilt[tenth - 1] - rebuilt[0]) / max(1, tenth - 1)
     last = (rebuilt[-1] - rebuilt[-tenth]) / max(1, tenth - 1)
     return (
-        f"rebuilt 1/4, 1/2, 3/4, all at {quarters} s; "
+        f"{topology}rebuilt 1/4, 1/2, 3/4, all at {quarters} s; "
         f"{1000 * first:.1f} ms per stream in the first tenth, {1000 * last:.1f} ms in the last"
     )
 
@@ -222,7 +226,8 @@ async def one_count(args: Options, count: int, directory: Path) -> None:
                 print(f"{count} streams, {markers} stored markers per stream:", flush=True)
                 for checkout in checkouts:
                     await only_durables(js, count * args.durables)
-                    with footprint.code_of(checkout) as code:
+                    # `python -m` puts its working directory first on the path: the checkout's.
+                    with footprint.code_of(checkout) as code, contextlib.chdir(checkout or _THIS):
                         workdir = directory / f"{markers}-{code}"
                         await timed_start(cluster, names, workdir, code, servers)
         finally:
