@@ -338,6 +338,7 @@ class RuntimeBackend:
             leader_epoch=leadership.leader_epoch,
             leads=leadership.leader,
             discovered=vs.name not in self._listed,
+            rebuilding=vs.name not in self._bring_up.running,
         )
 
     async def _sources(self, driver: StreamDriver, now: int) -> list[views.SourceLinkView]:

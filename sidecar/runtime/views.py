@@ -112,6 +112,8 @@ class StreamStatusView:
     """Whether the replica answering leads this stream."""
     discovered: bool
     """Whether it runs because discovery found it (False: listed in the configuration)."""
+    rebuilding: bool = False
+    """Whether it is still being rebuilt here (it answers UNAVAILABLE until it runs)."""
 
 
 @dataclass(frozen=True)

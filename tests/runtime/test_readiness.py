@@ -57,8 +57,8 @@ async def test_streams_serve_once_rebuilt_and_readyz_counts_them(
     cluster2: LocalSuperCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """200 streams, the rebuilds of the last 100 held: the first 100 answer the API (the
-    others UNAVAILABLE) while /readyz answers 503 with 100 of 200 rebuilt; once released,
-    200 of 200 and 200."""
+    others UNAVAILABLE, and `Status` says they are rebuilding) while /readyz answers 503
+    with 100 of 200 rebuilt; once released, 200 of 200 and 200."""
     names = [f"p{i:03d}" for i in range(200)]
     first, last = (VirtualStream(n, tuple(cluster2.regions)) for n in (names[0], names[-1]))
     nc = await nats.connect(cluster2.servers("west"))
@@ -107,6 +107,10 @@ async def test_streams_serve_once_rebuilt_and_readyz_counts_them(
                         api_pb2.GetSubscriptionRequest(stream=last.name, subscription="d")
                     )
                 assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+                status_of = api_pb2_grpc.AdminServiceStub(channel).Status
+                streams = (await status_of(api_pb2.StatusRequest())).streams
+                rebuilding = {s.stream for s in streams if s.rebuilding}
+                assert (len(streams), rebuilding) == (200, held)
             gate.set()
             await wait_until(lambda: answers(200, 200), "/readyz: 200 of 200, ready", 120)
     finally:
