@@ -318,7 +318,8 @@ class Runtime:
         if starts:
             await asyncio.wait(starts)
         self._spawn(self._intervals.run(), "intervals")
-        failed = [d.vs.name for d in started if d.vs.name not in self._state.running]
+        running, kept = self._state.running, self._drivers  # discovery may have dropped some
+        failed = [d.vs.name for d in started if d.vs.name in kept and d.vs.name not in running]
         if failed:  # a start that crashed (logged `task_failed`): unready, as it stays
             log.error("streams_not_started", region=self.region, streams=failed)
             return
