@@ -38,11 +38,12 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import bench_sidecar_footprint as footprint
 import nats
@@ -63,6 +64,8 @@ _STAGES = (
 )
 _EPHEMERAL_GONE_S = 180.0
 _THIS = Path(__file__).resolve().parent.parent
+_SETUP_ATTEMPTS = 5
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,15 @@ class Options:
     durables: int
     markers: list[int]
     baseline: Path | None
+
+
+async def patiently(attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt` (idempotent) again after a request timeout: a loaded machine's servers
+    answer setting up thousands of streams late."""
+    for _ in range(_SETUP_ATTEMPTS - 1):
+        with contextlib.suppress(TimeoutError):  # nats-py's timeouts are TimeoutErrors too
+            return await attempt()
+    return await attempt()
 
 
 async def fewest_markers(js: JetStreamContext, streams: Sequence[VirtualStream]) -> int:
@@ -208,9 +220,11 @@ async def one_count(args: Options, count: int, directory: Path) -> None:
         try:
             js = nc.jetstream()
             started = time.monotonic()
-            await footprint.bounded(apply_topology(nc, vs) for vs in streams)
+            await footprint.bounded(patiently(partial(apply_topology, nc, vs)) for vs in streams)
             await footprint.bounded(
-                js.add_consumer(vs.read_stream("west"), durable_config(vs, f"d{d}"))
+                patiently(
+                    partial(js.add_consumer, vs.read_stream("west"), durable_config(vs, f"d{d}"))
+                )
                 for vs in streams
                 for d in range(args.durables)
             )
