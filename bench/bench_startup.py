@@ -48,13 +48,14 @@ from typing import Any, TypeVar
 import bench_sidecar_footprint as footprint
 import nats
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings, wait_until
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
-from sidecar.nats.topology import apply_topology
+from sidecar.nats.topology import TopologyError, apply_topology
 
 _STAGES = (
     ("replay", "stream_rebuilt", "replay_ms"),
@@ -77,11 +78,13 @@ class Options:
 
 
 async def patiently(attempt: Callable[[], Awaitable[T]]) -> T:
-    """`attempt` (idempotent) again after a request timeout: a loaded machine's servers
-    answer setting up thousands of streams late."""
+    """`attempt` (idempotent) again after a timeout or a refusal (a loaded machine's servers
+    answer late, or "JetStream system temporarily unavailable", while thousands of streams
+    are set up)."""
     for _ in range(_SETUP_ATTEMPTS - 1):
-        with contextlib.suppress(TimeoutError):  # nats-py's timeouts are TimeoutErrors too
+        with contextlib.suppress(TimeoutError, NatsError, TopologyError):
             return await attempt()
+        await asyncio.sleep(1)
     return await attempt()
 
 
