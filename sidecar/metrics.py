@@ -239,6 +239,12 @@ class SidecarMetrics:
             ["source"],
             registry=r,
         )
+        self._streams_rebuilt = Gauge(
+            "rsub_streams_rebuilt",
+            "Virtual streams rebuilt and running: each answers the API from then on (the "
+            "progress of a start, against rsub_streams summed over its sources).",
+            registry=r,
+        )
         self._streams_discovered = Counter(
             "rsub_streams_discovered_total",
             "Virtual streams taken up because discovery found them.",
@@ -363,6 +369,9 @@ class SidecarMetrics:
     def set_streams(self, source: str, count: int) -> None:
         """`source` is `listed` or `discovered`."""
         self._streams.labels(source).set(count)
+
+    def set_streams_rebuilt(self, count: int) -> None:
+        self._streams_rebuilt.set(count)
 
     def stream_discovered(self) -> None:
         self._streams_discovered.inc()

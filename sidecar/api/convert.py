@@ -157,6 +157,7 @@ def status_to_proto(view: StatusView) -> api_pb2.StatusResponse:
                 leader_epoch=s.leader_epoch,
                 leads=s.leads,
                 discovered=s.discovered,
+                rebuilding=s.rebuilding,
                 sources=[
                     api_pb2.SourceLink(
                         origin_region=link.origin_region,
@@ -193,6 +194,7 @@ def status_from_proto(msg: api_pb2.StatusResponse) -> StatusView:
                 leader_epoch=s.leader_epoch,
                 leads=s.leads,
                 discovered=s.discovered,
+                rebuilding=s.rebuilding,
                 sources=tuple(
                     SourceLinkView(
                         origin_region=link.origin_region,

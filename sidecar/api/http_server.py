@@ -54,6 +54,8 @@ def build_app(backend: SidecarBackend, metrics: SidecarMetrics) -> web.Applicati
             "ready": readiness.ready,
             "missing": readiness.missing(),
             "leader": backend.is_leader,
+            # The start's progress: each stream rebuilt serves already (docs/api.md).
+            "streams": {"rebuilt": readiness.rebuilt, "total": readiness.streams},
         }
         return web.json_response(body, status=200 if readiness.ready else 503)
 

@@ -3,8 +3,8 @@
 One port per region's connection. It follows the client a `NatsConnection` holds (a client
 nats-py closed for good is replaced; the port then works on the new one), or works on one
 given `Client` (tests, tools). Every JetStream API request goes through `sidecar.nats.jsapi`
-(the one request path); a stream is read through `sidecar.nats.stream_reader` (`replay`
-for what is stored, `tail` for live); a marker is published by the port's one
+(the one request path); a stream is read through `sidecar.nats.stream_reader`
+(`read_stored` for what is stored, `tail` for live); a marker is published by the port's one
 `MarkerPublisher`; a key-value bucket is nats-py's own `KeyValue` (it satisfies
 `KeyValueBucket`); a signal is a core-NATS subscription of the client.
 
@@ -113,15 +113,17 @@ class NatsPort:
         live: bool,
         headers_only: bool = False,
     ) -> AsyncGenerator[StoredMessage, None]:
-        js = self._nats.js
-        if live:
-            messages = stream_reader.tail(
-                js, stream, filter_subject, start_seq, headers_only=headers_only
+        if not live:
+            stored = stream_reader.read_stored(
+                self._nats.nc, stream, filter_subject, start_seq, headers_only=headers_only
             )
-        else:
-            messages = stream_reader.replay(
-                js, stream, filter_subject, start_seq=start_seq, headers_only=headers_only
-            )
+            async with contextlib.aclosing(stored):
+                async for seq, subject, data, headers, _ in stored:
+                    yield StoredMessage(seq, subject, data, headers or {})
+            return
+        messages = stream_reader.tail(
+            self._nats.js, stream, filter_subject, start_seq, headers_only=headers_only
+        )
         async with contextlib.aclosing(messages):
             async for msg in messages:
                 yield StoredMessage(

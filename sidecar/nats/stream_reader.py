@@ -3,7 +3,8 @@
 - `read_range()` yields the matching messages of a range of sequences as they are stored, in
   lists: with batched direct gets (no consumer: it works without a JetStream meta leader,
   which the Spark source needs in a region cut off from the others), or else `replay`'s. The
-  Spark source reads its ranges with it, and the sidecar's replays are its consumer path.
+  Spark source reads its ranges with it; the sidecar's rebuild reads what is stored with
+  `read_stored()`, `read_range()` up to the stream's last sequence.
 - `replay()` yields exactly the matching messages stored when it is called (up to a last
   sequence, if given), for a rebuild at startup: the ordered push consumer of `tail`, ended
   after the messages pending at its creation (its count then) and deleted.
@@ -54,6 +55,10 @@ _TAIL_HEARTBEAT_S = 10.0
 # again: silence is noticed between one and two periods after the last message.
 _TAIL_SILENCE_S = 1.5 * _TAIL_HEARTBEAT_S
 _CONSUMER_STALLED = "Nats-Consumer-Stalled"
+# `read_stored` with `headers_only` reads a stream holding more than this with a consumer
+# that sends headers only, not with direct gets (which send every payload): two JetStream
+# meta operations (its creation and deletion) are worth paying to keep megabytes off the wire.
+DIRECT_MAX_BYTES = 8 * 1024 * 1024
 
 
 def _consumer_config(
@@ -231,6 +236,50 @@ async def read_range(
             yield chunk
 
 
+async def read_stored(
+    nc: Client, stream: str, filter_subject: str, start_seq: int, *, headers_only: bool
+) -> AsyncGenerator[Stored, None]:
+    """Yield the messages on `filter_subject` stored in `stream` (seq >= `start_seq`) when it
+    is called, in stream order (the sidecar's rebuild): the stream's last sequence, size and
+    whether it allows direct gets are read first (`STREAM.INFO`, answered by the stream
+    leader), then what it held up to that sequence: with direct gets (`read_range`) where the
+    stream allows them (with `headers_only`: and holds at most `DIRECT_MAX_BYTES`), else
+    with `replay`'s consumer. With direct gets no
+    consumer is created and deleted: at thousands of streams those were most of the servers'
+    work of a sidecar's start-up (docs/benchmarks.md, "Start-up")."""
+    info = await jsapi.request(nc, f"STREAM.INFO.{stream}", timeout_s=_REQUEST_TIMEOUT_S)
+    state = info["state"]
+    last = int(state["last_seq"])
+    small = not headers_only or int(state.get("bytes", 0)) <= DIRECT_MAX_BYTES
+    if not (small and info["config"].get("allow_direct")):
+        messages = replay(
+            nc.jetstream(),
+            stream,
+            filter_subject,
+            start_seq=start_seq,
+            last=last,
+            headers_only=headers_only,
+        )
+        async with contextlib.aclosing(messages):
+            async for msg in messages:
+                yield _stored(msg)
+        return
+    chunks = read_range(
+        nc, stream, filter_subject, start_seq, last, direct=True, timeout_s=_REQUEST_TIMEOUT_S
+    )
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            for stored in chunk:
+                yield stored
+
+
+def _stored(msg: Msg) -> Stored:
+    """A message a consumer delivered, as a range is read."""
+    meta = msg.metadata
+    stored = (meta.timestamp - EPOCH) // MICROSECOND
+    return meta.sequence.stream, msg.subject, msg.data, msg.headers, stored
+
+
 class RangeReadError(NatsError):
     """A range could not be read whole; the message names the stream and the sequence."""
 
@@ -242,9 +291,7 @@ async def _replayed_chunks(
     messages = replay(js, stream, filter_subject, start_seq=first, last=last)
     async with contextlib.aclosing(messages):
         async for msg in messages:
-            meta = msg.metadata
-            stored = (meta.timestamp - EPOCH) // MICROSECOND
-            chunk.append((meta.sequence.stream, msg.subject, msg.data, msg.headers, stored))
+            chunk.append(_stored(msg))
             if len(chunk) >= CHUNK:
                 yield chunk
                 chunk = []

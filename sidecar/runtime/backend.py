@@ -13,7 +13,7 @@ leads that stream (the holder of its shard's lease).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import structlog
@@ -49,6 +49,8 @@ class BringUpState:
     topology_applied: bool
     # Once the bring-up has rebuilt every stream it started with.
     streams_rebuilt: bool = False
+    # The streams rebuilt and running (each serves from then on), the bring-up's progress.
+    running: set[str] = field(default_factory=set)
 
 
 class RuntimeBackend:
@@ -96,6 +98,8 @@ class RuntimeBackend:
             topology_applied=self._bring_up.topology_applied,
             leadership_known=leases is not None and leases.known,
             streams_rebuilt=self._bring_up.streams_rebuilt,
+            rebuilt=len(self._bring_up.running),
+            streams=len(self._drivers),
         )
 
     async def get_subscription(self, stream: str, subscription: str) -> views.SubscriptionView:
@@ -334,6 +338,7 @@ class RuntimeBackend:
             leader_epoch=leadership.leader_epoch,
             leads=leadership.leader,
             discovered=vs.name not in self._listed,
+            rebuilding=vs.name not in self._bring_up.running,
         )
 
     async def _sources(self, driver: StreamDriver, now: int) -> list[views.SourceLinkView]:

@@ -151,12 +151,16 @@ class StreamDriver:
     # ---- the loops ------------------------------------------------------------------------
 
     async def rebuild(self) -> None:
+        clock = self._handles.clock
+        started = clock()
         backlog, markers = await self.tails.replay()
+        replayed = clock()
         listing = await self.read_positions()
+        read = clock()
         self.tails.data_from(listing.last_seq)
         # Leadership reaches the machine through the job queue (`leadership`), never here:
         # `became_leader` twice with one epoch would reuse snapshot ids.
-        self.machine, read = self._machine_factory.restore(
+        self.machine, events = self._machine_factory.restore(
             self._config,
             markers,
             listing.subscriptions,
@@ -165,7 +169,7 @@ class StreamDriver:
             self._handles.clock(),
             data=backlog.entries(),
         )
-        for event in read:
+        for event in events:
             self.observer.event(event)
         self._needs = self.machine.needs()
         log.info(
@@ -175,6 +179,10 @@ class StreamDriver:
             markers=len(markers),
             snapshots=len(self.machine.completed_snapshots()),
             subscriptions=len(self.machine.subscriptions()),
+            # How long each stage took (bench/bench_startup.py sums them).
+            replay_ms=replayed - started,
+            positions_ms=read - replayed,
+            restore_ms=clock() - read,
         )
 
     async def drive(self) -> None:

@@ -49,6 +49,12 @@ _RETRY_START_S = 0.5
 _RETRY_MAX_S = 10.0
 _STOP_GRACE_S = 1.0
 _CANCEL_ROUNDS = 5
+# Streams whose topology check or rebuild is under way at once (bring-up and discovery). A
+# rebuild is a chain of round trips (replays, positions read, signals); this many in flight
+# keep the servers' JetStream API busy while each stream's requests still come one after
+# the other, and stay far below nats-server's queue of pending API requests (it drops
+# requests beyond 10,000), so a bring-up of thousands of streams never makes it shed any.
+REBUILDS_IN_FLIGHT = 32
 # Failures worth retrying: NATS trouble, or a topology conflict an operator has to fix.
 _RETRIED = (NatsError, asyncio.TimeoutError, OSError, RuntimeError, TopologyError)
 
@@ -130,6 +136,7 @@ class Runtime:
             if config.discovery.enabled
             else None
         )
+        self._rebuilds = asyncio.Semaphore(REBUILDS_IN_FLIGHT)
         self._stopping = False
         self._ready = asyncio.Event()
         self._failed = asyncio.Event()
@@ -275,9 +282,7 @@ class Runtime:
             self._failed.set()
             return
         if self._apply_topology:
-            for driver in self._drivers.values():
-                vs = driver.vs
-                await self._retry(f"topology {vs.name}", partial(self._topology, vs))
+            await asyncio.gather(*(self._topology(d.vs) for d in list(self._drivers.values())))
             self._state.topology_applied = True
         bucket = f"{self.config.lease.bucket}-{self.region}"
         kv = await self._retry(
@@ -298,32 +303,54 @@ class Runtime:
         self._handles.leases = leases
         self._spawn(leases.run(), "leases")
         self._spawn(self._intervals.follow_cursors(bucket), "cursor-signals")
-        for driver in list(self._drivers.values()):
-            await self._start_stream(driver)
+        # Every stream starts in a task of its own, `REBUILDS_IN_FLIGHT` rebuilding at once;
+        # each serves the API as soon as it runs (`BringUpState.running`).
+        started = list(self._drivers.values())
+        starts = [self._spawn_start(driver) for driver in started]
         if self._discovery is not None:
             # Ready once the first round's streams are rebuilt too (docs/api.md, /readyz).
             await self._retry("stream discovery", self._discovery.round)
-            first = [t for name in self._discovery.running for t in self._stream_tasks[name]]
+            found = [self._drivers[name] for name in self._discovery.running]
+            started += found
+            # Each stream's first task is its start (`_spawn_start`); its loops come later.
+            starts += [self._stream_tasks[d.vs.name][0] for d in found]
             self._spawn(self._discovery.run(), "discovery")
-            if first:
-                await asyncio.wait(first)
+        if starts:
+            await asyncio.wait(starts)
         self._spawn(self._intervals.run(), "intervals")
+        running, kept = self._state.running, self._drivers  # discovery may have dropped some
+        failed = [d.vs.name for d in started if d.vs.name in kept and d.vs.name not in running]
+        if failed:  # a start that crashed (logged `task_failed`): unready, as it stays
+            log.error("streams_not_started", region=self.region, streams=failed)
+            return
         self._state.streams_rebuilt = True
         self._ready.set()
-        log.info("runtime_ready", region=self.region, streams=list(self._drivers))
+        log.info("runtime_ready", region=self.region, streams=len(started))
         leases.open_claims()  # only now that its streams run does it take shards
+
+    def _spawn_start(self, driver: StreamDriver) -> asyncio.Task[None]:
+        """Start `driver` in a task of its own (stopping the stream cancels it)."""
+        name = driver.vs.name
+        start = self._spawn(self._start_stream(driver), f"start-{name}")
+        self._stream_tasks.setdefault(name, []).append(start)
+        return start
 
     async def _start_stream(self, driver: StreamDriver) -> None:
         """Rebuild one stream's machine, then run its loops (bring-up, and each stream
-        discovery takes up)."""
+        discovery takes up); `REBUILDS_IN_FLIGHT` at once."""
         name = driver.vs.name
-        await self._retry(f"rebuild {name}", driver.rebuild)
-        tasks = self._stream_tasks.setdefault(name, [])
-        tasks.append(self._spawn(driver.drive(), f"drive-{name}"))
-        tasks.append(self._spawn(driver.tails.markers(), f"tail-{name}"))
-        # The data tail runs with progress off too: new data is what starts a snapshot.
-        tasks.append(self._spawn(driver.tails.origins(), f"index-{name}"))
-        await self._retry(f"consumer signals {name}", partial(self._intervals.add, driver))
+        async with self._rebuilds:
+            await self._retry(f"rebuild {name}", driver.rebuild)
+            tasks = self._stream_tasks.setdefault(name, [])
+            tasks.append(self._spawn(driver.drive(), f"drive-{name}"))
+            tasks.append(self._spawn(driver.tails.markers(), f"tail-{name}"))
+            # The data tail runs with progress off too: new data is what starts a snapshot.
+            tasks.append(self._spawn(driver.tails.origins(), f"index-{name}"))
+            subscribing = self._handles.clock()
+            await self._retry(f"consumer signals {name}", partial(self._intervals.add, driver))
+        self._state.running.add(name)
+        self.metrics.set_streams_rebuilt(len(self._state.running))
+        log.info("stream_running", stream=name, signals_ms=self._handles.clock() - subscribing)
 
     def _add_stream(self, vs: VirtualStream) -> None:
         """Take up a stream discovery found: its driver joins the API and its shard (with the
@@ -337,8 +364,7 @@ class Runtime:
         if leases is not None:
             shard = shard_of(vs.name, self.config.lease.shards)
             self._hand_leadership(driver, shard, leases.lease(shard).state)
-        start = self._spawn(self._start_stream(driver), f"start-{vs.name}")
-        self._stream_tasks.setdefault(vs.name, []).append(start)
+        self._spawn_start(driver)
 
     async def _drop_stream(self, name: str) -> None:
         """Stop a discovered stream whose read stream is gone, and forget it."""
@@ -347,6 +373,8 @@ class Runtime:
         await self._intervals.remove(driver)
         self._shard_of(driver).remove(driver)
         self._leadership.pop(name, None)
+        self._state.running.discard(name)
+        self.metrics.set_streams_rebuilt(len(self._state.running))
         tasks = self._stream_tasks.pop(name, [])
         for task in tasks:
             task.cancel()
@@ -363,6 +391,11 @@ class Runtime:
         return self._shard_streams.setdefault(shard, [])
 
     async def _topology(self, vs: VirtualStream) -> None:
+        """Apply `vs`'s topology (retried until it is), `REBUILDS_IN_FLIGHT` at once."""
+        async with self._rebuilds:
+            await self._retry(f"topology {vs.name}", partial(self._apply_stream_topology, vs))
+
+    async def _apply_stream_topology(self, vs: VirtualStream) -> None:
         report = await apply_topology(
             self._handles.port,
             vs,

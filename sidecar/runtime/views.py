@@ -112,6 +112,8 @@ class StreamStatusView:
     """Whether the replica answering leads this stream."""
     discovered: bool
     """Whether it runs because discovery found it (False: listed in the configuration)."""
+    rebuilding: bool = False
+    """Whether it is still being rebuilt here (it answers UNAVAILABLE until it runs)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,11 @@ class Readiness:
     its first round) is rebuilt from its read stream (markers, and origins with progress
     vectors on): before that, queries would answer from nothing. A stream discovered later
     answers UNAVAILABLE until its own rebuild is done, without making the sidecar unready."""
+    rebuilt: int = 0
+    """Streams rebuilt and running so far: each answers the API from then on, while the others
+    still answer UNAVAILABLE (the progress of a start, with `streams`)."""
+    streams: int = 0
+    """Streams the sidecar runs (listed, and discovered so far)."""
 
     @property
     def ready(self) -> bool:

@@ -67,7 +67,9 @@ async def test_readyz_reports_what_is_missing(
     http: tuple[HttpServerHandle, aiohttp.ClientSession], backend: MemoryBackend
 ) -> None:
     _, session = http
-    backend.readiness = Readiness(connected=False, topology_applied=False, leadership_known=True)
+    backend.readiness = Readiness(
+        connected=False, topology_applied=False, leadership_known=True, rebuilt=3, streams=5
+    )
     backend.is_leader = False
     async with session.get("/readyz") as response:
         assert response.status == 503
@@ -75,6 +77,7 @@ async def test_readyz_reports_what_is_missing(
             "ready": False,
             "missing": ["nats_connection", "topology"],
             "leader": False,
+            "streams": {"rebuilt": 3, "total": 5},
         }
     backend.readiness = Readiness(connected=True, topology_applied=True, leadership_known=True)
     async with session.get("/readyz") as response:

@@ -90,6 +90,37 @@ async def test_origin_readers_ask_for_headers_only_on_the_data_filter(
         assert consumer.config.filter_subject == vs.data_filter()
 
 
+@pytest.mark.parametrize("direct_max_bytes", [stream_reader.DIRECT_MAX_BYTES, 0])
+async def test_a_stream_allowing_direct_gets_is_replayed_without_a_consumer(
+    port: JetStreamPort,
+    js: JetStreamContext,
+    vs: VirtualStream,
+    monkeypatch: pytest.MonkeyPatch,
+    direct_max_bytes: int,
+) -> None:
+    """Where the read stream allows direct gets (as the topology makes it) and holds at most
+    `DIRECT_MAX_BYTES`, the replay creates no consumer (nothing for the JetStream meta
+    leader to do); above it, the headers-only consumer. The same origins either way."""
+    await fill(js, vs)
+    read = vs.read_stream("west")
+    marker = await js.get_last_msg(read, vs.marker_subject("west"))
+    config = (await js.stream_info(read)).config
+    config.allow_direct = True
+    await js.update_stream(config)
+    monkeypatch.setattr(stream_reader, "DIRECT_MAX_BYTES", direct_max_bytes)
+    replay = replay_origins(port, vs, "west")
+    async with contextlib.aclosing(replay):
+        entries = [await anext(replay)]
+        consumers = await js.consumers_info(read)
+        entries += [e async for e in replay]
+    if direct_max_bytes:
+        assert consumers == []
+    else:
+        assert [c.config.headers_only for c in consumers] == [True]
+    assert [e.read_seq for e in entries] == [seq for seq in range(1, 9) if seq != marker.seq]
+    assert per_origin(entries) == {"west": [1, 2, 3], "east": [1, 2], UNKNOWN_ORIGIN: [0, 0]}
+
+
 async def test_tail_follows_live_from_the_start_sequence(
     port: JetStreamPort, js: JetStreamContext, vs: VirtualStream
 ) -> None:

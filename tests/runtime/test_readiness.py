@@ -1,13 +1,22 @@
-"""A sidecar is ready only once every stream's state is rebuilt from its read stream."""
+"""A sidecar is ready only once every stream's state is rebuilt from its read stream; until
+then each stream rebuilt serves, and /readyz tells how many are."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import aiohttp
+import grpc
+import nats
 import pytest
 
 from rsub_dev.cluster import LocalSuperCluster
-from rsub_dev.sidecars import READY_TIMEOUT_S, RegionSidecars, wait_until
+from rsub_dev.sidecars import READY_TIMEOUT_S, RegionSidecars, durable_config, wait_until
+from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
+from sidecar.api.service import Service
+from sidecar.naming import VirtualStream
+from sidecar.nats.topology import apply_topology
 from sidecar.runtime import Runtime
 from sidecar.runtime.driver import StreamDriver
 
@@ -42,3 +51,68 @@ async def test_not_ready_while_a_stream_is_being_rebuilt(
     finally:
         gate.set()
         await runtime.stop()
+
+
+async def test_streams_serve_once_rebuilt_and_readyz_counts_them(
+    cluster2: LocalSuperCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 streams, the rebuilds of the last 100 held: the first 100 answer the API (the
+    others UNAVAILABLE, and `Status` says they are rebuilding) while /readyz answers 503
+    with 100 of 200 rebuilt; once released, 200 of 200 and 200."""
+    names = [f"p{i:03d}" for i in range(200)]
+    first, last = (VirtualStream(n, tuple(cluster2.regions)) for n in (names[0], names[-1]))
+    nc = await nats.connect(cluster2.servers("west"))
+    try:
+        for vs in (first, last):
+            await apply_topology(nc, vs)
+            await nc.jetstream().add_consumer(vs.read_stream("west"), durable_config(vs, "d"))
+    finally:
+        await nc.close()
+    gate = asyncio.Event()
+    held = set(names[100:])
+    rebuild = StreamDriver.rebuild
+
+    async def gated(self: StreamDriver) -> None:
+        if self.vs.name in held:
+            await gate.wait()
+        await rebuild(self)
+
+    monkeypatch.setattr(StreamDriver, "rebuild", gated)
+    service = Service(RegionSidecars(cluster2, regions=["west"], streams=names).config("west"))
+    await service.start()
+    try:
+        url = f"http://127.0.0.1:{service.http_port}/readyz"
+        async with aiohttp.ClientSession() as http:
+
+            async def readyz() -> tuple[int, dict[str, Any]]:
+                async with http.get(url) as resp:
+                    return resp.status, await resp.json()
+
+            async def answers(status: int, rebuilt: int) -> bool:
+                got, body = await readyz()
+                return (got, body.get("streams")) == (status, {"rebuilt": rebuilt, "total": 200})
+
+            await wait_until(lambda: answers(503, 100), "/readyz: 100 of 200 rebuilt", 120)
+            await asyncio.sleep(0.5)  # the held ones stay held: no further progress
+            status, body = await readyz()
+            assert (status, body["missing"], body["streams"]["rebuilt"]) == (503, ["streams"], 100)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+                stub = api_pb2_grpc.CursorServiceStub(channel)
+                state = await stub.GetSubscription(
+                    api_pb2.GetSubscriptionRequest(stream=first.name, subscription="d")
+                )
+                assert state.subscription == "d"
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.GetSubscription(
+                        api_pb2.GetSubscriptionRequest(stream=last.name, subscription="d")
+                    )
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+                status_of = api_pb2_grpc.AdminServiceStub(channel).Status
+                streams = (await status_of(api_pb2.StatusRequest())).streams
+                rebuilding = {s.stream for s in streams if s.rebuilding}
+                assert (len(streams), rebuilding) == (200, held)
+            gate.set()
+            await wait_until(lambda: answers(200, 200), "/readyz: 200 of 200, ready", 120)
+    finally:
+        gate.set()
+        await service.stop()

@@ -29,6 +29,8 @@ from rsub_dev.cluster import LocalSuperCluster, find_nats_server
 from rsub_dev.ports import HOST, free_ports
 from rsub_dev.sidecars import sidecar_settings, wait_until
 from sidecar.config.loading import config_from_mapping
+from sidecar.naming import VirtualStream
+from sidecar.nats.topology import apply_topology
 from sidecar.runtime import Runtime
 from tests.support.nats_users import (
     ADMIN,
@@ -198,7 +200,7 @@ async def test_restricted_sidecars_replicate_a_durable(cluster2: LocalSuperClust
     [
         "$JS.API.STREAM.INFO.orders-write-west",  # the first call of the topology step
         "$JS.API.STREAM.CREATE.KV_rsub-leases-west",  # the lease bucket
-        "$JS.API.CONSUMER.CREATE.orders-read-west",  # the marker replay
+        "$JS.API.DIRECT.GET.orders-read-west",  # the replay of what the read stream holds
     ],
 )
 async def test_a_missing_permission_is_named_at_start(
@@ -207,6 +209,16 @@ async def test_a_missing_permission_is_named_at_start(
     cluster = cluster2
     lacking = sidecar_user("west").without(missing)
     await restrict(cluster, [lacking])
+    # Something stored in west's read stream, for the replay to read.
+    async with connect_as(cluster, "west", *ADMIN) as admin:
+        js = admin.jetstream()
+        await apply_topology(admin, VirtualStream(STREAM, tuple(cluster.regions)))
+        await publish(js, [b"stored"])
+
+        async def sourced() -> bool:
+            return (await js.stream_info(f"{STREAM}-read-west")).state.messages > 0
+
+        await wait_until(sourced, "the message in west's read stream")
     settings = sidecar_settings(cluster, "west", streams=[STREAM], credentials=credentials(lacking))
     sidecar = Runtime(config_from_mapping(settings))
     with structlog.testing.capture_logs() as events:

@@ -298,7 +298,7 @@ class SourceLink(_message.Message):
     def __init__(self, origin_region: _Optional[str] = ..., active: _Optional[bool] = ..., last_marker_age_ms: _Optional[int] = ..., lag_messages: _Optional[int] = ...) -> None: ...
 
 class StreamStatus(_message.Message):
-    __slots__ = ("stream", "write_stream", "read_stream", "last_snapshot_age_ms", "sources", "replicated_subscriptions", "snapshot_pending", "leader", "leader_epoch", "leads", "discovered")
+    __slots__ = ("stream", "write_stream", "read_stream", "last_snapshot_age_ms", "sources", "replicated_subscriptions", "snapshot_pending", "leader", "leader_epoch", "leads", "discovered", "rebuilding")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     WRITE_STREAM_FIELD_NUMBER: _ClassVar[int]
     READ_STREAM_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +310,7 @@ class StreamStatus(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEADS_FIELD_NUMBER: _ClassVar[int]
     DISCOVERED_FIELD_NUMBER: _ClassVar[int]
+    REBUILDING_FIELD_NUMBER: _ClassVar[int]
     stream: str
     write_stream: str
     read_stream: str
@@ -321,7 +322,8 @@ class StreamStatus(_message.Message):
     leader_epoch: int
     leads: bool
     discovered: bool
-    def __init__(self, stream: _Optional[str] = ..., write_stream: _Optional[str] = ..., read_stream: _Optional[str] = ..., last_snapshot_age_ms: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[SourceLink, _Mapping]]] = ..., replicated_subscriptions: _Optional[int] = ..., snapshot_pending: _Optional[bool] = ..., leader: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., leads: _Optional[bool] = ..., discovered: _Optional[bool] = ...) -> None: ...
+    rebuilding: bool
+    def __init__(self, stream: _Optional[str] = ..., write_stream: _Optional[str] = ..., read_stream: _Optional[str] = ..., last_snapshot_age_ms: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[SourceLink, _Mapping]]] = ..., replicated_subscriptions: _Optional[int] = ..., snapshot_pending: _Optional[bool] = ..., leader: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., leads: _Optional[bool] = ..., discovered: _Optional[bool] = ..., rebuilding: _Optional[bool] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ("region", "regions", "leader", "epoch", "connected", "streams", "version", "holder")
