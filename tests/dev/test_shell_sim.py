@@ -458,6 +458,19 @@ def test_soak_seed_1067974121501_a_purge_before_a_moves_look_gives_no_sign() -> 
     assert result.violation is None, result.report()
 
 
+@pytest.mark.xfail(strict=True, reason="found by make soak, not triaged yet: see the docstring")
+def test_soak_seed_846308147041_every_region_completes_snapshots_after_healing() -> None:
+    """Found by `make soak` (seed 846308147041, as it draws it), and the same at ee1cdec,
+    before this round's changes: three regions, three replicas each, links of 150 ms, a
+    snapshot timeout of 1,500 ms, write streams keeping messages 1,722 ms, partitions,
+    freezes and failing actions until the heal at 9,000 ms. Only 3 snapshots were checked in
+    the whole run, and r1 (led by r1-0-1 since 1,012 ms) completed none in the 17 s after
+    the heal. Not triaged yet: a product liveness bug, or a timeout shorter than what a
+    two-round snapshot over such links can take (then a checker's excuse)."""
+    result = run_shell(846308147041)
+    assert result.violation is None, result.report()
+
+
 def test_seed_18_a_deposed_replica_never_rewinds_the_new_leaders_move() -> None:
     """Found by the shell world (short leases, slow requests, leaders frozen): r1-0-1 froze
     for 856 ms in the middle of `move_forward`, r1-1-1 took the stream over and reset the
