@@ -681,6 +681,19 @@ def test_the_simulation_catches_a_move_asked_only_after_the_release() -> None:
     assert result.violation is not None and result.violation.startswith("applied:")
 
 
+@pytest.mark.xfail(strict=True, reason="found by make soak, not triaged yet: see the docstring")
+def test_soak_seed_57639939165_a_quiet_return_delivers_nothing_consumed_elsewhere() -> None:
+    """Found by `make soak` (seed 57639939165, as it draws it), and the same at ee1cdec,
+    before this round's changes: three regions, r0 lost at 6 s and back at 7,649 ms (a quiet
+    return, its application reconnecting 4,641 ms later), read streams limited by age
+    (2,973 ms) and count (500), failing actions, freezes. The guard decided 3.7 s after the
+    return (held at 11,349 ms, released at 14,484 ms), and right after the release r0
+    delivered `app`'s (r1, 346), consumed in r1 before r0 returned: duplicates, not loss.
+    Not triaged yet (the read streams' limits, or the late decision)."""
+    result = run_shell(57639939165)
+    assert result.violation is None, result.report()
+
+
 def test_soak_seed_820359220701_a_catch_up_asked_again_is_within_the_window() -> None:
     """Found by `make soak` (seed 820359220701) once catch-up requests were asked again
     after ten intervals: r0's write streams keep messages 1,041 ms, its first request expired
