@@ -147,13 +147,15 @@ class ShellParams:
 
     @property
     def release_window_ms(self) -> int:
-        """`failback_window_ms`, and where write streams have limits ten intervals more: a
-        catch-up request written while sourcing was down may expire from the write stream
-        before any link carries it, and is asked again ten intervals later (docs/protocol.md
-        §7; `make soak` seed 820359220701). Only the check uses it: the run's length stays
-        as drawn."""
+        """`failback_window_ms`, and the moves the release read asks first (one per held
+        durable, about eight delayed requests each: docs/protocol.md §7; `make soak` seed
+        566985388639), and where write streams have limits ten intervals more: a catch-up
+        request written while sourcing was down may expire from the write stream before any
+        link carries it, and is asked again ten intervals later (`make soak` seed
+        820359220701). Only the check uses it: the run's length stays as drawn."""
         limited = self.write_max_age_ms or self.write_max_msgs
-        return self.failback_window_ms + (10 * self.interval_ms if limited else 0)
+        moves_first = 8 * self.durables * self.max_delay_ms
+        return self.failback_window_ms + moves_first + (10 * self.interval_ms if limited else 0)
 
     @property
     def produce_until_ms(self) -> int:
