@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     seed = first
     started = time.monotonic()
     while time.monotonic() < deadline:
-        leases, shell = run_leases(seed), run_shell(seed)
+        try:
+            leases, shell = run_leases(seed), run_shell(seed)
+        except Exception:
+            print(f"CRASHED at seed {seed}; reproduce with --seed {seed}", file=sys.stderr)
+            raise
         runs += 1
         for prefix, stats in (("lease_", leases.stats), ("shell_", shell.stats)):
             for key, value in stats.items():

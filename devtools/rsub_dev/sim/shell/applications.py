@@ -92,6 +92,13 @@ class Applications:
             return
         info = consumer.info(js.now_ms)
         first = js.stream(self._vs.read_stream(region)).first_seq
+        config = consumer.config
+        if config.deliver_policy == "by_start_sequence" and config.opt_start_seq > first:
+            # A copy a sidecar created starts at a sequence: JetStream refuses a reset below
+            # it, so its user's replay goes no lower (none when it acked nothing past it).
+            if config.opt_start_seq > info.ack_floor.stream_seq:
+                return
+            first = config.opt_start_seq
         seq = world.rng.randint(first, max(first, info.ack_floor.stream_seq))
         with js.faults.suspended():
             js.consumer_reset(self._vs.read_stream(region), name, seq)
