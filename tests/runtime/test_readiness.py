@@ -18,7 +18,7 @@ from sidecar.api.service import Service
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
 from sidecar.runtime import Runtime
-from sidecar.runtime.driver import StreamDriver
+from tests.support.held_rebuilds import hold_rebuilds
 
 pytestmark = pytest.mark.integration
 
@@ -27,14 +27,7 @@ async def test_not_ready_while_a_stream_is_being_rebuilt(
     cluster2: LocalSuperCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The rebuild of a long retention takes seconds (docs/benchmarks.md); here it is held.
-    gate = asyncio.Event()
-    rebuild = StreamDriver.rebuild
-
-    async def held(self: StreamDriver) -> None:
-        await gate.wait()
-        await rebuild(self)
-
-    monkeypatch.setattr(StreamDriver, "rebuild", held)
+    gate = hold_rebuilds(monkeypatch)
     runtime = Runtime(RegionSidecars(cluster2, regions=["west"]).config("west"))
     await runtime.start()
     try:
@@ -68,16 +61,8 @@ async def test_streams_serve_once_rebuilt_and_readyz_counts_them(
             await nc.jetstream().add_consumer(vs.read_stream("west"), durable_config(vs, "d"))
     finally:
         await nc.close()
-    gate = asyncio.Event()
     held = set(names[100:])
-    rebuild = StreamDriver.rebuild
-
-    async def gated(self: StreamDriver) -> None:
-        if self.vs.name in held:
-            await gate.wait()
-        await rebuild(self)
-
-    monkeypatch.setattr(StreamDriver, "rebuild", gated)
+    gate = hold_rebuilds(monkeypatch, held)
     service = Service(RegionSidecars(cluster2, regions=["west"], streams=names).config("west"))
     await service.start()
     try:

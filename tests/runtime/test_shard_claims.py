@@ -10,7 +10,7 @@ import pytest
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import READY_TIMEOUT_S, RegionSidecars, wait_until
 from sidecar.runtime import Runtime
-from sidecar.runtime.driver import StreamDriver
+from tests.support.held_rebuilds import hold_rebuilds
 
 pytestmark = pytest.mark.integration
 
@@ -28,14 +28,7 @@ async def test_a_joining_replica_leads_nothing_until_its_streams_are_rebuilt(
     sidecars = RegionSidecars(cluster2, streams=STREAMS, regions=["west"], lease_ttl_s=LEASE_TTL_S)
     async with sidecars:
         first = sidecars["west"]
-        gate = asyncio.Event()
-        rebuild = StreamDriver.rebuild
-
-        async def held(self: StreamDriver) -> None:
-            await gate.wait()
-            await rebuild(self)
-
-        monkeypatch.setattr(StreamDriver, "rebuild", held)
+        gate = hold_rebuilds(monkeypatch)
         joining = Runtime(sidecars.config("west"))
         await joining.start()
         try:
