@@ -53,12 +53,19 @@ from datetime import datetime
 from pathlib import Path
 
 import nats
-from bench_sidecar_footprint import LEASE_TTL_S, REGIONS, bounded, code_of, log_events
+from bench_sidecar_footprint import (
+    LEASE_TTL_S,
+    REGIONS,
+    bench_settings,
+    bounded,
+    code_of,
+    log_events,
+)
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from rsub_dev.cluster import LocalSuperCluster
-from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings
+from rsub_dev.sidecars import SidecarProcess, durable_config
 from sidecar.config.schema import LeaseConfig
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
@@ -230,15 +237,7 @@ async def watching(nc: Client) -> AsyncIterator[LeaseWatch]:
 async def one_pass(
     cluster: LocalSuperCluster, nc: Client, names: Sequence[str], workdir: Path, label: str
 ) -> None:
-    settings = sidecar_settings(
-        cluster,
-        "west",
-        streams=names,
-        interval_ms=1000,
-        timeout_s=30,
-        lease_ttl_s=LEASE_TTL_S,
-        log_level="info",  # for `stream_rebuilt`; nothing per message
-    )
+    settings = bench_settings(cluster, "west", names)
     made = itertools.count()
 
     def replica() -> Replica:

@@ -372,6 +372,24 @@ async def brought_up(proc: SidecarProcess) -> BringUp:
     )
 
 
+def bench_settings(
+    cluster: LocalSuperCluster, region: str, names: Sequence[str], **extra: Any
+) -> dict[str, Any]:
+    """A sidecar's settings in the many-stream benches: a 1 s interval, the bench's snapshot
+    timeout and lease TTL, logs at info (`runtime_started`, `stream_rebuilt`,
+    `runtime_ready`; none per message)."""
+    return sidecar_settings(
+        cluster,
+        region,
+        streams=names,
+        interval_ms=1000,
+        timeout_s=SNAPSHOT_TIMEOUT_S,
+        lease_ttl_s=LEASE_TTL_S,
+        log_level="info",
+        **extra,
+    )
+
+
 @contextlib.asynccontextmanager
 async def sidecars(
     cluster: LocalSuperCluster,
@@ -386,16 +404,7 @@ async def sidecars(
     west's, east's and how the first one's start went."""
 
     def settings(region: str) -> dict[str, Any]:
-        values = sidecar_settings(
-            cluster,
-            region,
-            streams=names,
-            interval_ms=1000,
-            timeout_s=SNAPSHOT_TIMEOUT_S,
-            lease_ttl_s=LEASE_TTL_S,
-            progress=progress,
-            log_level="info",  # for `runtime_ready`, `stream_rebuilt`; none per message
-        )
+        values = bench_settings(cluster, region, names, progress=progress)
         if sweep_intervals is not None:
             values["snapshot"]["sweep_intervals"] = sweep_intervals
         return values

@@ -52,7 +52,7 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from rsub_dev.cluster import LocalSuperCluster
-from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings, wait_until
+from rsub_dev.sidecars import SidecarProcess, durable_config, wait_until
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import TopologyError, apply_topology
@@ -183,15 +183,7 @@ async def timed_start(
     label: str,
     servers: Sequence[int],
 ) -> None:
-    settings = sidecar_settings(
-        cluster,
-        "west",
-        streams=names,
-        interval_ms=1000,
-        timeout_s=footprint.SNAPSHOT_TIMEOUT_S,
-        lease_ttl_s=footprint.LEASE_TTL_S,
-        log_level="info",  # `runtime_started`, `stream_rebuilt`, `runtime_ready`
-    )
+    settings = footprint.bench_settings(cluster, "west", names)
     proc = SidecarProcess(settings, workdir)
     servers_cpu = sum(footprint.cpu_seconds(p) for p in servers)
     started = time.monotonic()
