@@ -57,19 +57,18 @@ from bench_sidecar_footprint import (
     LEASE_TTL_S,
     REGIONS,
     bench_settings,
-    bounded,
     code_of,
+    lay_out,
     log_events,
 )
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from rsub_dev.cluster import LocalSuperCluster
-from rsub_dev.sidecars import SidecarProcess, durable_config
+from rsub_dev.sidecars import SidecarProcess
 from sidecar.config.schema import LeaseConfig
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
-from sidecar.nats.topology import apply_topology
 from sidecar.protocol.leases import VALID_FRACTION
 from sidecar.protocol.shards import shard_of
 
@@ -210,16 +209,6 @@ async def wait_all_led(watch: LeaseWatch, replicas: Sequence[Replica], timeout_s
     return False
 
 
-async def set_up(nc: Client, streams: Sequence[VirtualStream], durables: int) -> None:
-    js = nc.jetstream()
-    await bounded(apply_topology(nc, vs) for vs in streams)
-    await bounded(
-        js.add_consumer(vs.read_stream("west"), durable_config(vs, f"d{d}"))
-        for vs in streams
-        for d in range(durables)
-    )
-
-
 @contextlib.asynccontextmanager
 async def watching(nc: Client) -> AsyncIterator[LeaseWatch]:
     watch = LeaseWatch()
@@ -302,7 +291,7 @@ async def run(args: Options, directory: Path) -> None:
         nc = await nats.connect(cluster.servers("west"))
         try:
             started = time.monotonic()
-            await set_up(nc, streams, args.durables)
+            await lay_out(nc, streams, args.durables)
             print(
                 f"{len(streams)} streams x {args.durables} replicated durables in west set up "
                 f"in {time.monotonic() - started:.0f} s",

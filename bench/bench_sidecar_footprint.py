@@ -372,6 +372,18 @@ async def brought_up(proc: SidecarProcess) -> BringUp:
     )
 
 
+async def lay_out(nc: Client, streams: Sequence[VirtualStream], durables: int) -> None:
+    """Every stream's topology, and `durables` replicated durables on each of west's read
+    streams (never consumed), `bounded` requests in flight."""
+    js = nc.jetstream()
+    await bounded(apply_topology(nc, vs) for vs in streams)
+    await bounded(
+        js.add_consumer(vs.read_stream("west"), durable_config(vs, f"d{d}"))
+        for vs in streams
+        for d in range(durables)
+    )
+
+
 def bench_settings(
     cluster: LocalSuperCluster, region: str, names: Sequence[str], **extra: Any
 ) -> dict[str, Any]:
@@ -439,12 +451,7 @@ async def run(args: Options, directory: Path) -> None:
         js = conns["west"].jetstream()
         try:
             started = time.monotonic()
-            await bounded(apply_topology(conns["west"], vs) for vs in streams)
-            await bounded(
-                js.add_consumer(vs.read_stream("west"), durable_config(vs, f"d{d}"))
-                for vs in streams
-                for d in range(args.durables)
-            )
+            await lay_out(conns["west"], streams, args.durables)
             print(
                 f"{args.streams} streams x {args.durables} replicated durables in west set up "
                 f"in {time.monotonic() - started:.0f} s",
