@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from rsub_dev.ports import HOST
-from rsub_dev.sidecars import SidecarProcess, read_stored, sidecar_settings, wait_until
+from rsub_dev.sidecars import SidecarProcess, sidecar_settings, wait_until
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.naming import VirtualStream
 from tests.support.scenario_kit import (
@@ -43,6 +43,7 @@ from tests.support.scenario_kit import (
     consume_all,
     create_durable,
     duplicates,
+    last_data_sourced,
     publish,
 )
 
@@ -226,8 +227,7 @@ async def metric(sidecar: ContainerSidecar, name: str) -> float:
 async def snapshot_past_data(nc: Client, sidecar: ContainerSidecar, vs: VirtualStream) -> None:
     """Wait until the sidecar lists a snapshot past the last data message its region's read
     stream holds now (asked through its gRPC API, from outside)."""
-    stored = await read_stored(nc, vs.read_stream(sidecar.region), vs.data_filter())
-    last = stored[-1].seq
+    last = await last_data_sourced(nc, vs, sidecar.region)
     async with grpc.aio.insecure_channel(f"{HOST}:{sidecar.grpc_port}") as channel:
         cursors = api_pb2_grpc.CursorServiceStub(channel)
 

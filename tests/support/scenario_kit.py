@@ -20,9 +20,9 @@ from nats.js.errors import NotFoundError, ServiceUnavailableError
 from prometheus_client.parser import text_string_to_metric_families
 
 from rsub_dev.cluster import LocalSuperCluster
-from rsub_dev.sidecars import RegionSidecars, durable_config, read_stored, wait_until
+from rsub_dev.sidecars import RegionSidecars, Stored, durable_config, read_stored, wait_until
 from sidecar.api.service import Service
-from sidecar.naming import VirtualStream
+from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.runtime import Runtime
 from sidecar.runtime.errors import NotFound
 from sidecar.runtime.views import SnapshotView
@@ -104,11 +104,32 @@ async def last_seq(js: JetStreamContext, stream: str) -> int:
     return int((await js.stream_info(stream)).state.last_seq)
 
 
+async def last_data_sourced(nc: Client, vs: VirtualStream, region: str) -> int:
+    """The sequence of the last data message in `region`'s read stream, once it holds the last
+    one `region`'s write stream holds now (0 if none). Sourcing takes a moment: read at once
+    after a publish, the read stream may not hold it yet, and a wait for a snapshot past its
+    last data would take an older snapshot for the one wanted (seen under load in CI)."""
+    written = await read_stored(nc, vs.write_stream(region), vs.data_filter())
+    wanted = written[-1].seq if written else 0
+    stored: list[Stored] = []
+
+    def origin_seq(message: Stored) -> int:
+        origin = vs.origin_of(message.headers.get(SOURCE_HEADER, ""))
+        return origin[1] if origin is not None and origin[0] == region else 0
+
+    async def sourced() -> bool:
+        stored[:] = await read_stored(nc, vs.read_stream(region), vs.data_filter())
+        return wanted == 0 or any(origin_seq(m) >= wanted for m in reversed(stored))
+
+    await wait_until(sourced, f"{region}'s read stream to source its data to {wanted}", DEADLINE_S)
+    return stored[-1].seq if stored else 0
+
+
 async def snapshot_past_data(nc: Client, runtime: Runtime, vs: VirtualStream) -> SnapshotView:
-    """Wait until `runtime` completed a snapshot past the last data message now in its read
-    stream (past the last *data*: without new data no snapshot starts)."""
-    stored = await read_stored(nc, vs.read_stream(runtime.region), vs.data_filter())
-    seq = stored[-1].seq if stored else 0
+    """Wait until `runtime` completed a snapshot past the last data message in its read stream
+    once it holds what its region's write stream holds now (past the last *data*: without new
+    data no snapshot starts)."""
+    seq = await last_data_sourced(nc, vs, runtime.region)
     found: list[SnapshotView] = []
 
     async def done() -> bool:
