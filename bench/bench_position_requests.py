@@ -16,57 +16,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import nats
+from bench_sidecar_footprint import cpu_seconds, lay_out, server_pids
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from rsub_dev.cluster import LocalSuperCluster
-from rsub_dev.sidecars import durable_config
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
 from sidecar.nats import jsapi
-from sidecar.nats.topology import apply_topology
 
 REGIONS = ("west", "east")
 DURABLES = 10
-SETUP_CONCURRENCY = 20
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def server_pids(cluster_dir: Path) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"nats-server" in argv[0] and str(cluster_dir).encode() in b" ".join(argv):
-                pids.append(int(entry.name))
-    return sorted(pids)
-
-
-async def bounded(jobs: Iterable[Awaitable[Any]]) -> None:
-    limit = asyncio.Semaphore(SETUP_CONCURRENCY)
-
-    async def one(job: Awaitable[Any]) -> None:
-        async with limit:
-            await job
-
-    await asyncio.gather(*(one(j) for j in jobs))
 
 
 async def measure(
@@ -130,12 +98,7 @@ async def run(streams_n: int, seconds: float, concurrency: Sequence[int], direct
         nc = await nats.connect(cluster.servers("west"))
         try:
             js = nc.jetstream()
-            await bounded(apply_topology(nc, vs) for vs in streams)
-            await bounded(
-                js.add_consumer(vs.read_stream("west"), durable_config(vs, f"d{d}"))
-                for vs in streams
-                for d in range(DURABLES)
-            )
+            await lay_out(nc, streams, DURABLES)
             kv = await js.create_key_value(bucket="bench")
             await kv.put("cursors.s000", b'{"spark": 1}')
             servers = server_pids(directory / "cluster")
