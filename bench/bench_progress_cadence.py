@@ -62,6 +62,7 @@ from bench_sidecar_footprint import (
     bounded,
     cpu_seconds,
     cpu_wait_seconds,
+    lay_out,
     metric_totals,
     server_pids,
     warm_up,
@@ -76,7 +77,6 @@ from rsub_dev.workload import Consumer, Producer
 from sidecar.exact import covered, progress_of
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
-from sidecar.nats.topology import apply_topology
 
 SNAPSHOT_INTERVAL_MS = 1000
 APP = "app"
@@ -347,13 +347,9 @@ async def run(args: argparse.Namespace, count: int, directory: Path) -> list[Set
     streams = [VirtualStream(f"s{i:04d}", REGIONS) for i in range(count)]
     async with LocalSuperCluster(REGIONS, directory / "cluster") as cluster:
         conns = {r: await nats.connect(cluster.servers(r)) for r in REGIONS}
-        js = conns["west"].jetstream()
         try:
             started = time.monotonic()
-            await bounded(apply_topology(conns["west"], vs) for vs in streams)
-            await bounded(
-                js.add_consumer(vs.read_stream("west"), durable_config(vs, APP)) for vs in streams
-            )
+            await lay_out(conns["west"], streams, [APP])
             await warm_up(conns, streams)
             print(
                 f"{count} streams ({min(args.loaded, count)} loaded) set up in "

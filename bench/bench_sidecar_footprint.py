@@ -56,14 +56,16 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -71,10 +73,11 @@ from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings, wait_until
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
-from sidecar.nats.topology import apply_topology
+from sidecar.nats.topology import TopologyError, apply_topology
 
 REGIONS = ("west", "east")
 CONCURRENCY = 20
+SETUP_ATTEMPTS = 5
 IN_FLIGHT = 200
 READY_TIMEOUT_S = 600.0
 SCRAPE_TIMEOUT_S = 120.0
@@ -372,15 +375,30 @@ async def brought_up(proc: SidecarProcess) -> BringUp:
     )
 
 
-async def lay_out(nc: Client, streams: Sequence[VirtualStream], durables: int) -> None:
-    """Every stream's topology, and `durables` replicated durables on each of west's read
-    streams (never consumed), `bounded` requests in flight."""
+async def patiently(attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt` (idempotent) again after a timeout or a refusal (a loaded machine's servers
+    answer late, or "JetStream system temporarily unavailable", while thousands of streams
+    are set up)."""
+    for _ in range(SETUP_ATTEMPTS - 1):
+        with contextlib.suppress(TimeoutError, NatsError, TopologyError):
+            return await attempt()
+        await asyncio.sleep(1)
+    return await attempt()
+
+
+async def lay_out(
+    nc: Client, streams: Sequence[VirtualStream], durables: int | Sequence[str]
+) -> None:
+    """Every stream's topology, and replicated durables on each of west's read streams
+    (`durables` names them, or counts them: d0, d1, ...), `bounded` requests in flight,
+    each one `patiently`."""
     js = nc.jetstream()
-    await bounded(apply_topology(nc, vs) for vs in streams)
+    names = [f"d{d}" for d in range(durables)] if isinstance(durables, int) else durables
+    await bounded(patiently(partial(apply_topology, nc, vs)) for vs in streams)
     await bounded(
-        js.add_consumer(vs.read_stream("west"), durable_config(vs, f"d{d}"))
+        patiently(partial(js.add_consumer, vs.read_stream("west"), durable_config(vs, name)))
         for vs in streams
-        for d in range(durables)
+        for name in names
     )
 
 
