@@ -74,6 +74,7 @@ from nats.js.api import DeliverPolicy
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings, wait_until
 from rsub_dev.workload import Consumer, Producer
+from sidecar.api.client import SidecarError
 from sidecar.exact import covered, progress_of
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
@@ -190,8 +191,10 @@ async def known_in_east(
     async def known() -> bool:
         try:
             vector = dict(await progress_of(f"127.0.0.1:{east.grpc_port}", vs.name, durable))
-        except grpc.RpcError:
-            return False  # NOT_FOUND until the first update from west
+        except SidecarError as error:
+            if error.code != grpc.StatusCode.NOT_FOUND:
+                raise
+            return False  # until the first update from west
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await east_js.consumer_info(vs.read_stream("east"), durable)
             return vector.get("west", 0) > 0
