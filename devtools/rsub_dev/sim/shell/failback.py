@@ -16,7 +16,8 @@ Checked as it goes (`Failback`), for each durable:
   region consumed before `a` returned, but for what docs/protocol.md §7 leaves: until the
   first positions read of `a`'s new leader has decided and its hold landed (the hold starts
   at that read), and a message after one no region had consumed (`position_for` stops at the
-  first uncovered one; the next move over the run after it waits for a read);
+  first uncovered one; the next move over the run after it waits for a read after that one
+  was delivered, or removed undelivered by the read stream's limits);
 - no healthy hold, as a pause lands: the guard's pause (any but a move's) lands only in a
   region that returned;
 - failback liveness, every interval: `a`'s durable is not held longer than
