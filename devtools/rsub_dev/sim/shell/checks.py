@@ -48,6 +48,9 @@ class Checks:
         self.ledger = Ledger(vs, js)
         self.on_update: list[Callable[[str, Update], None]] = []
         """Told of every update a sidecar publishes, as it lands (`vector`)."""
+        self.on_moved: list[Callable[[str, str, int], None]] = []
+        """Told of every move or creation by a sidecar, as it lands (`moved`): region,
+        durable, the sequence it delivers from."""
         self.removals = Removals(vs, js)
         self.twins: dict[DataId, DataId] = {}
         """Each copy of a message published twice with one `Nats-Msg-Id`: the other."""
@@ -162,6 +165,8 @@ class Checks:
                 )
         d.reached[region] = max(reached, start - 1)
         d.excuses.stood(region, self.standing(region, durable))
+        for landed in self.on_moved:
+            landed(region, durable, start)
 
     def resetting(self, region: str, durable: str, start: int) -> None:
         """A reset of `durable` in `region` to deliver from `start` lands: it must not rewind

@@ -16,7 +16,8 @@ Checked as it goes (`Failback`), for each durable:
   region consumed before `a` returned, but for what docs/protocol.md §7 leaves: until the
   first positions read of `a`'s new leader has decided and its hold landed (the hold starts
   at that read), and a message after one no region had consumed (`position_for` stops at the
-  first uncovered one; the next move over the run after it waits for a read);
+  first uncovered one; the next move over the run after it waits for a read after that one
+  was delivered, or removed undelivered by the read stream's limits);
 - no healthy hold, as a pause lands: the guard's pause (any but a move's) lands only in a
   region that returned;
 - failback liveness, every interval: `a`'s durable is not held longer than
@@ -33,15 +34,17 @@ Checked as it goes (`Failback`), for each durable:
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from rsub_dev.sim.outcome import Violation
 from rsub_dev.sim.shell.ledger import DataId
 from rsub_dev.sim.shell.params import MOVE_PAUSE_MS, ShellParams, durable_names
 from rsub_dev.simjs import Delivery
+from rsub_dev.simjs.stream import Stream
 from sidecar.nats.origin_log import data_entry
 from sidecar.protocol import (
     HoldConsumer,
@@ -78,12 +81,18 @@ class _Watched:
     both: tuple[str, ...] = ()
     """The regions consuming it at once after the return (`both_consume`)."""
     start: int | None = None
-    """In the returned region once the guard settled: where its deliveries run from since
-    its last skip."""
-    last_delivered: int | None = None
+    """In the returned region: where its deliveries run from since its last skip (a move
+    landing, or data passed)."""
+    run_end: int | None = None
+    """In the returned region: the end of that run, the last message delivered once the
+    guard settled or where a move landed (from where it stood as it returned)."""
     uncovered_at: dict[int, int] = field(default_factory=dict)
     """In the returned region once the guard settled: when each message no region had
     consumed before the return was delivered (by its sequence there)."""
+    removed_at: dict[int, int] = field(default_factory=dict)
+    """In the returned region from the return on: when each message no region had consumed
+    before it, never delivered there, was seen removed from its read stream (limits or a
+    purge: the durable passes it as if acked; by its sequence there)."""
 
 
 class Failback:
@@ -115,6 +124,11 @@ class Failback:
         self._update_ms: dict[tuple[str, str], int] = {}
         """Per region and durable, when its last update landed."""
         self._tasks: list[asyncio.Task[Any]] = []
+        self._read: Stream | None = None
+        """The returned region's read stream, once back (read without settling the model:
+        `_removals` runs inside its settling)."""
+        self._first_seen = 0
+        """Its first sequence as last seen (`_removals`)."""
 
     # ---- bounds -------------------------------------------------------------------------
 
@@ -215,11 +229,21 @@ class Failback:
         world.apps.on_fetched.append(self._delivered)
         world.apps.on_finished.append(self._finished)
         world.checks.on_update.append(self._update)
+        world.checks.on_moved.append(self._moved)
+        world.js.on_stored = self._stored
+
+    def _stored(self, stream: str) -> None:
+        """A message stored anywhere: the limits may have removed some of the returned
+        region's since it was last looked at."""
+        self._removals()
 
     def checking(self) -> None:
         """The checks of every interval (the world's, the model settled)."""
         self._reports()
         self._holding()
+        if self._returned is not None:  # the same stream unless it was created again
+            self._read = self._world.js.stream(self._world.vs.read_stream(self._returned))
+            self._removals()
 
     async def run(self) -> None:
         """The return at `failback_ms`; the tasks it starts run until the world ends."""
@@ -253,6 +277,10 @@ class Failback:
             world.js.partition(silent)
         world.js.restart(a, reconnect)
         self._returned, self._back_ms = a, world.now_ms()
+        self._read = world.js.stream(world.vs.read_stream(a))
+        self._first_seen = self._read.first_seq
+        for name, watched in self._watched.items():
+            watched.start = watched.run_end = world.checks.standing(a, name)
         if not p.silent:
             self._caught_up_ms = self._back_ms + max(reconnect[r] for r in others)
         world.note(f"{a} back (sourcing resumes after {reconnect})")
@@ -319,24 +347,35 @@ class Failback:
             return
         stream = world.js.stream(vs.read_stream(region))
         first = deliveries[0].stream_seq
-        last = w.last_delivered
+        last = w.run_end
         if (
             last is None
             or w.start is None
             or next(stream.matching(last + 1, (vs.data_filter(),), first - 1), None) is not None
         ):
-            w.start = first - 1  # the first after the guard, or after a move skipped data
-        w.last_delivered = deliveries[-1].stream_seq
+            w.start = first - 1  # the first after the guard, or after data passed unseen
+        w.run_end = deliveries[-1].stream_seq
         for seq, entry in entries:
             data = (entry.origin, entry.origin_seq)
             if data not in w.elsewhere:
                 w.uncovered_at[seq] = now
                 continue
             # The last message before it since the durable's last skip that no region had
-            # consumed: the move over what follows it waits for the read after its ack.
-            uncovered = max((u for u in w.uncovered_at if w.start < u < seq), default=None)
-            if uncovered is not None and now - w.uncovered_at[uncovered] <= self._move_ms:
-                world.stats["failback_after_uncovered"] += 1
+            # consumed: the move over what follows it waits for the read after its ack, or
+            # after its removal when the read stream's limits removed it undelivered (`make
+            # soak` seed 57639939165: nothing tells the runtime before its next read).
+            uncovered = max(
+                (u for u in chain(w.uncovered_at, w.removed_at) if w.start < u < seq),
+                default=None,
+            )
+            passed_ms = (
+                None
+                if uncovered is None
+                else w.uncovered_at.get(uncovered, w.removed_at.get(uncovered))
+            )
+            if passed_ms is not None and now - passed_ms <= self._move_ms:
+                how = "removed" if uncovered in w.removed_at else "uncovered"
+                world.stats[f"failback_after_{how}"] += 1
                 continue
             raise world.fail(
                 f"failback safety: {region} delivered {data} of {durable.name} at {seq}, "
@@ -346,6 +385,34 @@ class Failback:
                 f"{w.start}: {uncovered})"
             )
         world.stats["failback_checked"] += len(entries)
+
+    def _moved(self, region: str, name: str, start: int) -> None:
+        """A sidecar's move or creation landed: in the returned region, a skip."""
+        w = self._watched.get(name)
+        if w is not None and region == self._returned:
+            w.start = w.run_end = start - 1
+
+    def _removals(self) -> None:
+        """Stamp the messages no region had consumed before the return that the returned
+        region's read stream removed (limits, a purge) before its application was delivered
+        them, as the check first sees them gone (at the next message stored anywhere, or
+        the next interval)."""
+        a, read = self._returned, self._read
+        if a is None or read is None:
+            return
+        world, first = self._world, read.first_seq
+        if first <= self._first_seen:
+            return
+        stored = world.checks.ledger.stored[a]
+        now = world.now_ms()
+        for i in range(bisect_left(stored, self._first_seen, key=lambda e: e[0]), len(stored)):
+            seq, data = stored[i]
+            if seq >= first:
+                break
+            for w in self._watched.values():
+                if data not in w.elsewhere and data not in w.consumed_by[a]:
+                    w.removed_at[seq] = now
+        self._first_seen = first
 
     def _paused(self, stream: str, name: str, until_ms: int | None) -> None:
         """A pause lands: the guard's (any but a move's) only in a region that returned."""

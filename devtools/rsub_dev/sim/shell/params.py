@@ -147,15 +147,34 @@ class ShellParams:
 
     @property
     def release_window_ms(self) -> int:
-        """`failback_window_ms`, and the moves the release read asks first (one per held
-        durable, about eight delayed requests each: docs/protocol.md §7; `make soak` seed
-        566985388639), and where write streams have limits ten intervals more: a catch-up
+        """`failback_window_ms`, and the moves the release read asks first (`moves_ms`:
+        docs/protocol.md §7; `make soak` seed 566985388639), and where write streams have limits ten intervals more: a catch-up
         request written while sourcing was down may expire from the write stream before any
         link carries it, and is asked again ten intervals later (`make soak` seed
         820359220701). Only the check uses it: the run's length stays as drawn."""
         limited = self.write_max_age_ms or self.write_max_msgs
-        moves_first = 8 * self.durables * self.max_delay_ms
-        return self.failback_window_ms + moves_first + (10 * self.interval_ms if limited else 0)
+        return self.failback_window_ms + self.moves_ms + (10 * self.interval_ms if limited else 0)
+
+    @property
+    def moves_ms(self) -> int:
+        """How long the moves one positions read asks for may take: one per durable, about
+        eight delayed requests each (`consumers.move_forward`). A leader carries out a job's
+        outputs before its next job, so a marker read meanwhile waits that long."""
+        return 8 * self.durables * self.max_delay_ms
+
+    @property
+    def snapshot_rounds_ms(self) -> int:
+        """How long a snapshot may take (two rounds, one with two regions): per round the
+        request crosses to the others and their answers cross back, each hop a
+        publish (a delayed request), a link, a lagging marker tail and the moves the
+        reading leader carries out first (`moves_ms`), and an interval for the attempt to
+        start. The healed end checks that every region completes one only when the timeout
+        leaves this much (`make soak` seed 846308147041: 150 ms links, requests delayed up
+        to 40 ms, three durables moved at every read and a 1,500 ms timeout; with a 4 s one
+        the same run's attempts took 1.5 to 3 s)."""
+        hop = self.max_delay_ms + self.link_delay_ms + self.tail_lag_ms + self.moves_ms
+        rounds = 1 if self.regions == 2 else 2
+        return rounds * 2 * hop + self.interval_ms
 
     @property
     def produce_until_ms(self) -> int:
