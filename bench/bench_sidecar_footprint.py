@@ -295,7 +295,17 @@ async def warm_up(conns: dict[str, Client], streams: Sequence[VirtualStream]) ->
     snapshot latency), which no pass should pay for the others."""
     for region in REGIONS:
         js = conns[region].jetstream()
-        await bounded(js.publish(vs.publish_subject(region, "warm-up"), b"w") for vs in streams)
+        await bounded(
+            patiently(
+                partial(
+                    js.publish,
+                    vs.publish_subject(region, "warm-up"),
+                    b"w",
+                    headers={"Nats-Msg-Id": f"warm-up-{region}-{vs.name}"},  # a retry: deduplicated
+                )
+            )
+            for vs in streams
+        )
 
     async def sourced() -> bool:
         for region in REGIONS:
