@@ -24,10 +24,11 @@ quarters and all of the streams were rebuilt (from `stream_rebuilt` log stamps);
 be rebuilt (a sequential rebuild whose cost grows with the streams already running shows it
 here); the CPU seconds the sidecar and the nats-servers used until ready; and, from the
 sidecar's logs where it writes them (`stream_rebuilt` `replay_ms`/`positions_ms`/
-`restore_ms`, `stream_running` `signals_ms`), the total and the p99 per stream of each stage: the replay of
-the markers (and origins), the positions read (stream info and consumer listing) and the
-consumer signals subscribed (the tails are opened by tasks of their own, off the path to
-ready).
+`restore_ms`, `stream_running` `signals_ms`/`tails_ms`), the total and the p99 per stream of each
+stage: the replay of the markers (and origins), the positions read (stream info and consumer
+listing), the consumer signals subscribed, and the wait after that until both live tails
+are open (they are opened by tasks of their own, started with the signals; a stream counts
+as rebuilt once they are).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ _STAGES = (
     ("positions read", "stream_rebuilt", "positions_ms"),
     ("restore", "stream_rebuilt", "restore_ms"),
     ("signals subscribed", "stream_running", "signals_ms"),
+    ("tails opened", "stream_running", "tails_ms"),
 )
 _EPHEMERAL_GONE_S = 180.0
 _THIS = Path(__file__).resolve().parent.parent

@@ -57,6 +57,9 @@ class StreamTails:
         self._post = post
         self._data = Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
         self._stopping = False
+        # Set once each tail's first read was taken by the server (`opened`).
+        self._marker_opened = asyncio.Event()
+        self._origin_opened = asyncio.Event()
         self.marker_seq = 0
         """The last marker taken (replayed or tailed)."""
         self.data_seq = 0
@@ -82,6 +85,13 @@ class StreamTails:
             self.marker_seq = stored.seq
         return backlog, markers
 
+    async def opened(self) -> None:
+        """Wait until both tails follow the read stream (each one's first consumer created):
+        until then the stream counts as rebuilding. A tail that keeps failing (a consumer
+        the server refuses, `_follow` warns and retries) keeps it waiting."""
+        await self._marker_opened.wait()
+        await self._origin_opened.wait()
+
     def data_from(self, last_seq: int) -> None:
         """With progress off only data from `last_seq` on matters (`origins` follows it)."""
         if not self._progress:
@@ -94,7 +104,11 @@ class StreamTails:
     async def _tail_markers(self) -> None:
         vs, region, clock = self._vs, self._handles.region, self._handles.clock
         tail = tail_markers(
-            self._handles.port, vs.read_stream(region), vs.marker_filter(), self.marker_seq + 1
+            self._handles.port,
+            vs.read_stream(region),
+            vs.marker_filter(),
+            self.marker_seq + 1,
+            self._marker_opened.set,
         )
         async with contextlib.aclosing(tail):
             async for stored in tail:
@@ -122,7 +136,9 @@ class StreamTails:
         # or below M (whatever it lacks makes the vector smaller, never larger), and
         # `position_for` never goes past `indexed_through`, the last entry it was given.
         handles = self._handles
-        tail = tail_origins(handles.port, self._vs, handles.region, self.data_seq + 1)
+        tail = tail_origins(
+            handles.port, self._vs, handles.region, self.data_seq + 1, self._origin_opened.set
+        )
         async with contextlib.aclosing(tail):
             async for entry in tail:
                 if self._progress:
