@@ -22,7 +22,8 @@ Printed per start: process start -> /readyz 200; runtime_started -> runtime_read
 topology of every stream was checked (`topology_applied`), and when a quarter, half, three
 quarters and all of the streams were rebuilt (from `stream_rebuilt` log stamps); the rebuild time per stream of the first and the last tenth of the streams to
 be rebuilt (a sequential rebuild whose cost grows with the streams already running shows it
-here); the CPU seconds the sidecar and the nats-servers used until ready; and, from the
+here); the CPU seconds the sidecar and the nats-servers used until ready (and the servers' CPU per
+second over `_IDLE_S` with no sidecar just before, their own upkeep); and, from the
 sidecar's logs where it writes them (`stream_rebuilt` `replay_ms`/`positions_ms`/
 `restore_ms`, `stream_running` `signals_ms`/`tails_ms`), the total and the p99 per stream of each
 stage: the replay of the markers (and origins), the positions read (stream info and consumer
@@ -66,6 +67,7 @@ _STAGES = (
     ("tails opened", "stream_running", "tails_ms"),
 )
 _EPHEMERAL_GONE_S = 180.0
+_IDLE_S = 10.0
 _THIS = Path(__file__).resolve().parent.parent
 _SETUP_ATTEMPTS = 5
 T = TypeVar("T")
@@ -187,7 +189,12 @@ async def timed_start(
 ) -> None:
     settings = footprint.bench_settings(cluster, "west", names)
     proc = SidecarProcess(settings, workdir)
+    # What the servers burn with no sidecar (their streams' and durables' own upkeep): the
+    # share of their CPU until ready that the start does not cause.
+    idle_from = sum(footprint.cpu_seconds(p) for p in servers)
+    await asyncio.sleep(_IDLE_S)
     servers_cpu = sum(footprint.cpu_seconds(p) for p in servers)
+    idle = (servers_cpu - idle_from) / _IDLE_S
     started = time.monotonic()
     try:
         await proc.start(footprint.READY_TIMEOUT_S)
@@ -202,7 +209,8 @@ async def timed_start(
     print(
         f"  {label:>8}: /readyz 200 {ready:.1f} s after the process started, runtime_ready "
         f"{bring_up.rebuilt_s:.1f} s after runtime_started; CPU until ready: sidecar "
-        f"{sidecar_cpu:.1f} s, servers {servers_cpu:.1f} s\n"
+        f"{sidecar_cpu:.1f} s, servers {servers_cpu:.1f} s (idle before the start: "
+        f"{idle:.2f} CPU s per s, {idle * ready:.1f} s over that time)\n"
         f"            {progress_figures(events, len(names))}\n"
         f"            {stage_figures(events)}",
         flush=True,
