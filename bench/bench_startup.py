@@ -2,7 +2,7 @@
 from its `runtime_started` to its `runtime_ready` log, with figures per stage of the rebuild.
 
 Usage: .venv/bin/python bench/bench_startup.py [--streams 1000,3000] [--durables 10]
-       [--markers 0,100] [--baseline /tmp/startup-base]
+       [--markers 0,100] [--baseline /tmp/startup-base] [--in-flight 8,16,64]
 
 For each `--streams` count in turn, a fresh local two-region super-cluster gets that many
 virtual streams, each with `--durables` replicated durables in west (never consumed). For
@@ -12,7 +12,10 @@ west read stream holds at least that many markers (snapshots completed, requeste
 answered by both regions), and are stopped; then one replica of west's sidecar is started
 alone and timed until ready, and stopped. With `--baseline DIR` (a checkout of another
 version, e.g. `git worktree add /tmp/startup-base main`), DIR's sidecar is timed first, then
-this checkout's, on the same cluster and streams: before and after side by side.
+this checkout's, on the same cluster and streams: before and after side by side. With
+`--in-flight`, this checkout's sidecar is timed again with each of those numbers of streams
+rebuilding at once (`REBUILDS_IN_FLIGHT`, set in the sidecar's process by a `sitecustomize`
+module put first on its path).
 
 Before each timed start the bench waits until the account holds only the streams' durables
 (the tails and replays a sidecar stopped before left ephemeral consumers that the servers
@@ -37,10 +40,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -79,6 +83,7 @@ class Options:
     durables: int
     markers: list[int]
     baseline: Path | None
+    in_flight: list[int]
 
 
 async def patiently(attempt: Callable[[], Awaitable[T]]) -> T:
@@ -217,6 +222,25 @@ async def timed_start(
     )
 
 
+@contextlib.contextmanager
+def rebuilds_in_flight(count: int | None, directory: Path) -> Iterator[str]:
+    """Sidecars spawned inside (after `footprint.code_of`) rebuild `count` streams at once
+    (None: as many as their code says); the label's suffix."""
+    if count is None:
+        yield ""
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "sitecustomize.py").write_text(
+        f"import sidecar.runtime.root\nsidecar.runtime.root.REBUILDS_IN_FLIGHT = {count}\n"
+    )
+    saved = os.environ["PYTHONPATH"]
+    os.environ["PYTHONPATH"] = f"{directory}:{saved}"
+    try:
+        yield f"/{count}"
+    finally:
+        os.environ["PYTHONPATH"] = saved
+
+
 async def one_count(args: Options, count: int, directory: Path) -> None:
     names = [f"s{i:04d}" for i in range(count)]
     streams = [VirtualStream(n, footprint.REGIONS) for n in names]
@@ -239,16 +263,23 @@ async def one_count(args: Options, count: int, directory: Path) -> None:
                 flush=True,
             )
             servers = footprint.server_pids(directory / "cluster")
-            checkouts = [args.baseline, None] if args.baseline is not None else [None]
+            checkouts: list[tuple[Path | None, int | None]] = [(None, None)]
+            checkouts += [(None, n) for n in args.in_flight]
+            if args.baseline is not None:
+                checkouts.insert(0, (args.baseline, None))
             for markers in args.markers:
                 await store_markers(cluster, nc, streams, markers, directory / f"markers-{markers}")
                 print(f"{count} streams, {markers} stored markers per stream:", flush=True)
-                for checkout in checkouts:
+                for checkout, in_flight in checkouts:
                     await only_durables(js, count * args.durables)
                     # `python -m` puts its working directory first on the path: the checkout's.
-                    with footprint.code_of(checkout) as code, contextlib.chdir(checkout or _THIS):
-                        workdir = directory / f"{markers}-{code}"
-                        await timed_start(cluster, names, workdir, code, servers)
+                    with (
+                        footprint.code_of(checkout) as code,
+                        rebuilds_in_flight(in_flight, directory / f"in-flight-{in_flight}") as n,
+                        contextlib.chdir(checkout or _THIS),
+                    ):
+                        workdir = directory / f"{markers}-{code}{n}"
+                        await timed_start(cluster, names, workdir, f"{code}{n}", servers)
         finally:
             await nc.close()
 
@@ -275,6 +306,12 @@ def main() -> None:
     parser.add_argument("--markers", type=counts, default=[0, 100], help="ascending, e.g. 0,100")
     parser.add_argument(
         "--baseline", type=Path, default=None, help="a checkout to time first, side by side"
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=counts,
+        default=[],
+        help="also time this checkout with these numbers of rebuilds at once, e.g. 8,16,64",
     )
     args = Options(**vars(parser.parse_args()))
     args.markers.sort()
