@@ -37,7 +37,7 @@ from nats.errors import Error as NatsError
 from nats.js.errors import APIError
 
 from sidecar.nats.effective import EffectivePositions, Floor, filters_of, first_delivered
-from sidecar.nats.port import ApiJson, JetStreamPort
+from sidecar.nats.port import JetStreamPort
 
 log = structlog.get_logger(__name__)
 
@@ -220,12 +220,8 @@ class PositionReader:
         self._reported: set[SkippedConsumer] = set()
         self._effective = EffectivePositions(stream, timeout_s=timeout_s)
 
-    async def read(self, port: JetStreamPort, stream_info: ApiJson | None = None) -> Positions:
-        """The positions, with the stream's state read first, or given (`stream_info`, a
-        `STREAM.INFO` reply read before the call: any reply read before the listing will do,
-        an older one only places the positions less far)."""
-        if stream_info is None:
-            stream_info = await port.stream_info(self._stream, timeout_s=self._timeout)
+    async def read(self, port: JetStreamPort) -> Positions:
+        stream_info = await port.stream_info(self._stream, timeout_s=self._timeout)
         last_seq = int(stream_info["state"]["last_seq"])
         consumers: list[ConsumerPosition] = []
         skipped: list[SkippedConsumer] = []

@@ -14,20 +14,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 
-from sidecar.nats.port import ApiJson, JetStreamPort
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import StoredMarker
 
 
 def replay_markers(
-    port: JetStreamPort,
-    stream: str,
-    filter_subject: str,
-    start_seq: int = 1,
-    info: ApiJson | None = None,
+    port: JetStreamPort, stream: str, filter_subject: str, start_seq: int = 1
 ) -> AsyncGenerator[StoredMarker, None]:
-    """Yield the markers stored in `stream` (seq >= `start_seq`) at the time of the call (or
-    of `info`, its `STREAM.INFO` read before: `JetStreamPort.read`)."""
-    return _markers(port, stream, filter_subject, start_seq, live=False, info=info)
+    """Yield the markers stored in `stream` (seq >= `start_seq`) at the time of the call."""
+    return _markers(port, stream, filter_subject, start_seq, live=False)
 
 
 def tail_markers(
@@ -50,9 +45,8 @@ async def _markers(
     *,
     live: bool,
     opened: Callable[[], None] | None = None,
-    info: ApiJson | None = None,
 ) -> AsyncGenerator[StoredMarker, None]:
-    messages = port.read(stream, filter_subject, start_seq, live=live, opened=opened, info=info)
+    messages = port.read(stream, filter_subject, start_seq, live=live, opened=opened)
     async with contextlib.aclosing(messages):
         async for msg in messages:
             yield StoredMarker(msg.seq, msg.subject, msg.data)

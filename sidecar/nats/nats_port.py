@@ -113,16 +113,10 @@ class NatsPort:
         live: bool,
         headers_only: bool = False,
         opened: Callable[[], None] | None = None,
-        info: ApiJson | None = None,
     ) -> AsyncGenerator[StoredMessage, None]:
         if not live:
             stored = stream_reader.read_stored(
-                self._nats.nc,
-                stream,
-                filter_subject,
-                start_seq,
-                headers_only=headers_only,
-                info=info,
+                self._nats.nc, stream, filter_subject, start_seq, headers_only=headers_only
             )
             async with contextlib.aclosing(stored):
                 async for seq, subject, data, headers, _ in stored:

@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping
 
 from sidecar.naming import SOURCE_HEADER, VirtualStream
-from sidecar.nats.port import ApiJson, JetStreamPort
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 
 
@@ -33,16 +33,11 @@ def data_entry(vs: VirtualStream, read_seq: int, headers: Mapping[str, str] | No
 
 
 def replay_origins(
-    port: JetStreamPort,
-    vs: VirtualStream,
-    region: str,
-    start_seq: int = 1,
-    info: ApiJson | None = None,
+    port: JetStreamPort, vs: VirtualStream, region: str, start_seq: int = 1
 ) -> AsyncGenerator[DataEntry, None]:
     """Yield the origins of the data messages stored in `region`'s read stream (seq >=
-    `start_seq`) at the time of the call (or of `info`, its `STREAM.INFO` read before:
-    `JetStreamPort.read`), in stream order."""
-    return _origins(port, vs, region, start_seq, live=False, info=info)
+    `start_seq`) at the time of the call, in stream order."""
+    return _origins(port, vs, region, start_seq, live=False)
 
 
 def tail_origins(
@@ -66,7 +61,6 @@ async def _origins(
     *,
     live: bool,
     opened: Callable[[], None] | None = None,
-    info: ApiJson | None = None,
 ) -> AsyncGenerator[DataEntry, None]:
     messages = port.read(
         vs.read_stream(region),
@@ -75,7 +69,6 @@ async def _origins(
         live=live,
         headers_only=True,
         opened=opened,
-        info=info,
     )
     async with contextlib.aclosing(messages):
         async for msg in messages:

@@ -245,13 +245,7 @@ async def read_range(
 
 
 async def read_stored(
-    nc: Client,
-    stream: str,
-    filter_subject: str,
-    start_seq: int,
-    *,
-    headers_only: bool,
-    info: dict[str, Any] | None = None,
+    nc: Client, stream: str, filter_subject: str, start_seq: int, *, headers_only: bool
 ) -> AsyncGenerator[Stored, None]:
     """Yield the messages on `filter_subject` stored in `stream` (seq >= `start_seq`) when it
     is called, in stream order (the sidecar's rebuild): the stream's last sequence, size and
@@ -260,11 +254,8 @@ async def read_stored(
     stream allows them (with `headers_only`: and holds at most `DIRECT_MAX_BYTES`), else
     with `replay`'s consumer. With direct gets no
     consumer is created and deleted: at thousands of streams those were most of the servers'
-    work of a sidecar's start-up (docs/benchmarks.md, "Start-up"). Given `info` (a
-    `STREAM.INFO` reply read before), it reads up to that reply's last sequence and asks
-    nothing more about the stream (a rebuild reads its stream's state once for its reads)."""
-    if info is None:
-        info = await jsapi.request(nc, f"STREAM.INFO.{stream}", timeout_s=_REQUEST_TIMEOUT_S)
+    work of a sidecar's start-up (docs/benchmarks.md, "Start-up")."""
+    info = await jsapi.request(nc, f"STREAM.INFO.{stream}", timeout_s=_REQUEST_TIMEOUT_S)
     state = info["state"]
     last = int(state["last_seq"])
     small = not headers_only or int(state.get("bytes", 0)) <= DIRECT_MAX_BYTES

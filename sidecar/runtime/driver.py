@@ -30,7 +30,6 @@ from nats.errors import Error as NatsError
 
 from sidecar.metrics import SidecarMetrics
 from sidecar.naming import VirtualStream
-from sidecar.nats.port import ApiJson
 from sidecar.protocol import (
     Acks,
     Action,
@@ -51,7 +50,6 @@ from sidecar.runtime.tails import Input, StreamTails
 log = structlog.get_logger(__name__)
 
 _READ_FAILED = (TimeoutError, NatsError, OSError)
-_INFO_S = 5.0
 
 
 @dataclass
@@ -134,13 +132,13 @@ class StreamDriver:
         self._acked.setdefault(consumer, []).append(stream_seq)
         self._acked_ms[consumer] = self._handles.clock()
 
-    async def read_positions(self, stream_info: ApiJson | None = None) -> PositionsListing:
-        """Durables and external cursors read again (see `LocalSubscriptions.read`; with the
-        read stream's state if already read), with the acks heard since the last read."""
+    async def read_positions(self) -> PositionsListing:
+        """Durables and external cursors read again (see `LocalSubscriptions.read`), with
+        the acks heard since the last read."""
         self._metrics.position_read(self.vs.name)
         generation = self.machine.generation if self.machine is not None else 0
         listing = await self.subscriptions.read(
-            self._handles.port, self._handles.cursors(), generation, stream_info
+            self._handles.port, self._handles.cursors(), generation
         )
         self.observer.durables_receiving_markers(self.subscriptions.receiving_markers)
         if not self._acked:
@@ -153,14 +151,11 @@ class StreamDriver:
     # ---- the loops ------------------------------------------------------------------------
 
     async def rebuild(self) -> None:
-        clock, port = self._handles.clock, self._handles.port
+        clock = self._handles.clock
         started = clock()
-        # The read stream's state, read once for the replays and the positions read: they
-        # end at its last sequence, where the tails go on (one request per stream, not three).
-        info = await port.stream_info(self.vs.read_stream(self._handles.region), timeout_s=_INFO_S)
-        backlog, markers = await self.tails.replay(info)
+        backlog, markers = await self.tails.replay()
         replayed = clock()
-        listing = await self.read_positions(info)
+        listing = await self.read_positions()
         read = clock()
         self.tails.data_from(listing.last_seq)
         # Leadership reaches the machine through the job queue (`leadership`), never here:

@@ -9,7 +9,7 @@ from sidecar.naming import VirtualStream
 from sidecar.nats import consumers
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
-from sidecar.nats.port import ApiJson, JetStreamPort
+from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import PositionsListing, SubscriptionInfo, SubscriptionKind
 from sidecar.runtime.clock import Clock
 
@@ -44,16 +44,11 @@ class LocalSubscriptions:
         return {**{name: _EXTERNAL for name in self.cursors}, **self.durables}
 
     async def read(
-        self,
-        port: JetStreamPort,
-        store: CursorStore,
-        generation: int,
-        stream_info: ApiJson | None = None,
+        self, port: JetStreamPort, store: CursorStore, generation: int
     ) -> PositionsListing:
         """Read everything again: the subscriptions, and the mark-delete positions of the
-        replicated ones. `generation` is the machine's when the read begins; `stream_info`
-        the read stream's state if already read (`PositionReader.read`)."""
-        read = await self._reader.read(port, stream_info)
+        replicated ones. `generation` is the machine's when the read begins."""
+        read = await self._reader.read(port)
         self.cursors = await store.load(self._vs.name)
         # `read.last_seq` was read before the scan after the cursors, as it must be.
         cursors = await self._cursor_positions.read(

@@ -24,7 +24,6 @@ from nats.errors import Error as NatsError
 from sidecar.naming import VirtualStream
 from sidecar.nats.marker_log import replay_markers, tail_markers
 from sidecar.nats.origin_log import replay_origins, tail_origins
-from sidecar.nats.port import ApiJson
 from sidecar.protocol import Output, StoredMarker, StreamMachine
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime.batches import Backlog, Batches
@@ -70,19 +69,18 @@ class StreamTails:
         """How far the tails saw the read stream go."""
         return max(self.marker_seq, self.data_seq)
 
-    async def replay(self, info: ApiJson) -> tuple[Backlog, list[StoredMarker]]:
-        """What the read stream held when `info` (its `STREAM.INFO`) was read: the origins of
-        its data first, from the stream's first message, then its markers (both up to its
-        last sequence then; the tails go on after it)."""
+    async def replay(self) -> tuple[Backlog, list[StoredMarker]]:
+        """What the read stream holds now: the origins of its data first, from the stream's
+        first message (markers replayed after them then find the index as far as the stream
+        went when they were read, or further), then its markers."""
         port, vs, region = self._handles.port, self._vs, self._handles.region
         backlog = Backlog()
         if self._progress:
-            async for entry in replay_origins(port, vs, region, info=info):
+            async for entry in replay_origins(port, vs, region):
                 self._data_read(entry)
                 backlog.add(entry)
         markers: list[StoredMarker] = []
-        replayed = replay_markers(port, vs.read_stream(region), vs.marker_filter(), info=info)
-        async for stored in replayed:
+        async for stored in replay_markers(port, vs.read_stream(region), vs.marker_filter()):
             markers.append(stored)
             self.marker_seq = stored.seq
         return backlog, markers

@@ -245,12 +245,11 @@ class SimPort:
         live: bool,
         headers_only: bool = False,
         opened: Callable[[], None] | None = None,
-        info: ApiJson | None = None,
     ) -> AsyncGenerator[StoredMessage, None]:
         net = self._net
         await net.delay()
         held = net.js.stream(stream)  # a missing stream raises, as the server refuses the read
-        last = None if live else held.last_seq if info is None else int(info["state"]["last_seq"])
+        last = None if live else held.last_seq
         if live and opened is not None:  # where the real port's consumer is created
             opened()
         next_seq = start_seq
