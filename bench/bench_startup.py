@@ -117,7 +117,7 @@ async def store_markers(
     """Run both regions' sidecars with data in every stream until each west read stream
     holds `wanted` markers."""
     js = nc.jetstream()
-    if await fewest_markers(js, streams) >= wanted:
+    if wanted == 0 or await patiently(partial(fewest_markers, js, streams)) >= wanted:
         return
     started = time.monotonic()
     names = [vs.name for vs in streams]
@@ -127,7 +127,7 @@ async def store_markers(
             try:
 
                 async def enough() -> bool:
-                    return await fewest_markers(js, streams) >= wanted
+                    return await patiently(partial(fewest_markers, js, streams)) >= wanted
 
                 await wait_until(enough, f"{wanted} markers per stream", 1800.0, poll_s=5)
             finally:
