@@ -57,7 +57,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.cluster import ClusterError, LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, wait_until
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
@@ -203,7 +203,18 @@ async def timed_start(
     started = time.monotonic()
     try:
         await proc.start(footprint.READY_TIMEOUT_S)
-        await proc.wait_ready(footprint.READY_TIMEOUT_S)
+        try:
+            await proc.wait_ready(footprint.READY_TIMEOUT_S)
+        except ClusterError:  # not ready in time: how far it got, and the next start goes on
+            events = footprint.log_events(proc.log_path)
+            running = sum(e.get("event") == "stream_running" for e in events)
+            failed = sum(str(e.get("event")).endswith("_tail_failed") for e in events)
+            print(
+                f"  {label:>8}: NOT READY after {footprint.READY_TIMEOUT_S:.0f} s: {running} of "
+                f"{len(names)} streams running, {failed} tail failures logged",
+                flush=True,
+            )
+            return
         ready = time.monotonic() - started
         sidecar_cpu = footprint.cpu_seconds(proc.pid)
         servers_cpu = sum(footprint.cpu_seconds(p) for p in servers) - servers_cpu
