@@ -2,7 +2,7 @@
 from its `runtime_started` to its `runtime_ready` log, with figures per stage of the rebuild.
 
 Usage: .venv/bin/python bench/bench_startup.py [--streams 1000,3000] [--durables 10]
-       [--markers 0,100] [--baseline /tmp/startup-base]
+       [--markers 0,100] [--baseline /tmp/startup-base] [--in-flight 8,16,64]
 
 For each `--streams` count in turn, a fresh local two-region super-cluster gets that many
 virtual streams, each with `--durables` replicated durables in west (never consumed). For
@@ -12,7 +12,10 @@ west read stream holds at least that many markers (snapshots completed, requeste
 answered by both regions), and are stopped; then one replica of west's sidecar is started
 alone and timed until ready, and stopped. With `--baseline DIR` (a checkout of another
 version, e.g. `git worktree add /tmp/startup-base main`), DIR's sidecar is timed first, then
-this checkout's, on the same cluster and streams: before and after side by side.
+this checkout's, on the same cluster and streams: before and after side by side. With
+`--in-flight`, this checkout's sidecar is timed again with each of those numbers of streams
+rebuilding at once (`REBUILDS_IN_FLIGHT`, set in the sidecar's process by a `sitecustomize`
+module put first on its path).
 
 Before each timed start the bench waits until the account holds only the streams' durables
 (the tails and replays a sidecar stopped before left ephemeral consumers that the servers
@@ -22,12 +25,14 @@ Printed per start: process start -> /readyz 200; runtime_started -> runtime_read
 topology of every stream was checked (`topology_applied`), and when a quarter, half, three
 quarters and all of the streams were rebuilt (from `stream_rebuilt` log stamps); the rebuild time per stream of the first and the last tenth of the streams to
 be rebuilt (a sequential rebuild whose cost grows with the streams already running shows it
-here); the CPU seconds the sidecar and the nats-servers used until ready; and, from the
+here); the CPU seconds the sidecar and the nats-servers used until ready (and the servers' CPU per
+second over `_IDLE_S` with no sidecar just before, their own upkeep); and, from the
 sidecar's logs where it writes them (`stream_rebuilt` `replay_ms`/`positions_ms`/
-`restore_ms`, `stream_running` `signals_ms`), the total and the p99 per stream of each stage: the replay of
-the markers (and origins), the positions read (stream info and consumer listing) and the
-consumer signals subscribed (the tails are opened by tasks of their own, off the path to
-ready).
+`restore_ms`, `stream_running` `signals_ms`/`tails_ms`), the total and the p99 per stream of each
+stage: the replay of the markers (and origins), the positions read (stream info and consumer
+listing), the consumer signals subscribed, and the wait after that until both live tails
+are open (they are opened by tasks of their own, started with the signals; a stream counts
+as rebuilt once they are).
 """
 
 from __future__ import annotations
@@ -35,10 +40,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -51,7 +57,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.cluster import ClusterError, LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, wait_until
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
@@ -62,8 +68,10 @@ _STAGES = (
     ("positions read", "stream_rebuilt", "positions_ms"),
     ("restore", "stream_rebuilt", "restore_ms"),
     ("signals subscribed", "stream_running", "signals_ms"),
+    ("tails opened", "stream_running", "tails_ms"),
 )
 _EPHEMERAL_GONE_S = 180.0
+_IDLE_S = 10.0
 _THIS = Path(__file__).resolve().parent.parent
 _SETUP_ATTEMPTS = 5
 T = TypeVar("T")
@@ -75,6 +83,7 @@ class Options:
     durables: int
     markers: list[int]
     baseline: Path | None
+    in_flight: list[int]
 
 
 async def patiently(attempt: Callable[[], Awaitable[T]]) -> T:
@@ -108,7 +117,7 @@ async def store_markers(
     """Run both regions' sidecars with data in every stream until each west read stream
     holds `wanted` markers."""
     js = nc.jetstream()
-    if await fewest_markers(js, streams) >= wanted:
+    if wanted == 0 or await patiently(partial(fewest_markers, js, streams)) >= wanted:
         return
     started = time.monotonic()
     names = [vs.name for vs in streams]
@@ -118,7 +127,7 @@ async def store_markers(
             try:
 
                 async def enough() -> bool:
-                    return await fewest_markers(js, streams) >= wanted
+                    return await patiently(partial(fewest_markers, js, streams)) >= wanted
 
                 await wait_until(enough, f"{wanted} markers per stream", 1800.0, poll_s=5)
             finally:
@@ -185,11 +194,27 @@ async def timed_start(
 ) -> None:
     settings = footprint.bench_settings(cluster, "west", names)
     proc = SidecarProcess(settings, workdir)
+    # What the servers burn with no sidecar (their streams' and durables' own upkeep): the
+    # share of their CPU until ready that the start does not cause.
+    idle_from = sum(footprint.cpu_seconds(p) for p in servers)
+    await asyncio.sleep(_IDLE_S)
     servers_cpu = sum(footprint.cpu_seconds(p) for p in servers)
+    idle = (servers_cpu - idle_from) / _IDLE_S
     started = time.monotonic()
     try:
         await proc.start(footprint.READY_TIMEOUT_S)
-        await proc.wait_ready(footprint.READY_TIMEOUT_S)
+        try:
+            await proc.wait_ready(footprint.READY_TIMEOUT_S)
+        except ClusterError:  # not ready in time: how far it got, and the next start goes on
+            events = footprint.log_events(proc.log_path)
+            running = sum(e.get("event") == "stream_running" for e in events)
+            failed = sum(str(e.get("event")).endswith("_tail_failed") for e in events)
+            print(
+                f"  {label:>8}: NOT READY after {footprint.READY_TIMEOUT_S:.0f} s: {running} of "
+                f"{len(names)} streams running, {failed} tail failures logged",
+                flush=True,
+            )
+            return
         ready = time.monotonic() - started
         sidecar_cpu = footprint.cpu_seconds(proc.pid)
         servers_cpu = sum(footprint.cpu_seconds(p) for p in servers) - servers_cpu
@@ -200,11 +225,31 @@ async def timed_start(
     print(
         f"  {label:>8}: /readyz 200 {ready:.1f} s after the process started, runtime_ready "
         f"{bring_up.rebuilt_s:.1f} s after runtime_started; CPU until ready: sidecar "
-        f"{sidecar_cpu:.1f} s, servers {servers_cpu:.1f} s\n"
+        f"{sidecar_cpu:.1f} s, servers {servers_cpu:.1f} s (idle before the start: "
+        f"{idle:.2f} CPU s per s, {idle * ready:.1f} s over that time)\n"
         f"            {progress_figures(events, len(names))}\n"
         f"            {stage_figures(events)}",
         flush=True,
     )
+
+
+@contextlib.contextmanager
+def rebuilds_in_flight(count: int | None, directory: Path) -> Iterator[str]:
+    """Sidecars spawned inside (after `footprint.code_of`) rebuild `count` streams at once
+    (None: as many as their code says); the label's suffix."""
+    if count is None:
+        yield ""
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "sitecustomize.py").write_text(
+        f"import sidecar.runtime.root\nsidecar.runtime.root.REBUILDS_IN_FLIGHT = {count}\n"
+    )
+    saved = os.environ["PYTHONPATH"]
+    os.environ["PYTHONPATH"] = f"{directory}:{saved}"
+    try:
+        yield f"/{count}"
+    finally:
+        os.environ["PYTHONPATH"] = saved
 
 
 async def one_count(args: Options, count: int, directory: Path) -> None:
@@ -229,16 +274,23 @@ async def one_count(args: Options, count: int, directory: Path) -> None:
                 flush=True,
             )
             servers = footprint.server_pids(directory / "cluster")
-            checkouts = [args.baseline, None] if args.baseline is not None else [None]
+            checkouts: list[tuple[Path | None, int | None]] = [(None, None)]
+            checkouts += [(None, n) for n in args.in_flight]
+            if args.baseline is not None:
+                checkouts.insert(0, (args.baseline, None))
             for markers in args.markers:
                 await store_markers(cluster, nc, streams, markers, directory / f"markers-{markers}")
                 print(f"{count} streams, {markers} stored markers per stream:", flush=True)
-                for checkout in checkouts:
+                for checkout, in_flight in checkouts:
                     await only_durables(js, count * args.durables)
                     # `python -m` puts its working directory first on the path: the checkout's.
-                    with footprint.code_of(checkout) as code, contextlib.chdir(checkout or _THIS):
-                        workdir = directory / f"{markers}-{code}"
-                        await timed_start(cluster, names, workdir, code, servers)
+                    with (
+                        footprint.code_of(checkout) as code,
+                        rebuilds_in_flight(in_flight, directory / f"in-flight-{in_flight}") as n,
+                        contextlib.chdir(checkout or _THIS),
+                    ):
+                        workdir = directory / f"{markers}-{code}{n}"
+                        await timed_start(cluster, names, workdir, f"{code}{n}", servers)
         finally:
             await nc.close()
 
@@ -265,6 +317,12 @@ def main() -> None:
     parser.add_argument("--markers", type=counts, default=[0, 100], help="ascending, e.g. 0,100")
     parser.add_argument(
         "--baseline", type=Path, default=None, help="a checkout to time first, side by side"
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=counts,
+        default=[],
+        help="also time this checkout with these numbers of rebuilds at once, e.g. 8,16,64",
     )
     args = Options(**vars(parser.parse_args()))
     args.markers.sort()

@@ -12,7 +12,7 @@ checked against the stream it is meant for).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 
 from sidecar.nats.port import JetStreamPort
 from sidecar.protocol import StoredMarker
@@ -26,16 +26,27 @@ def replay_markers(
 
 
 def tail_markers(
-    port: JetStreamPort, stream: str, filter_subject: str, start_seq: int
+    port: JetStreamPort,
+    stream: str,
+    filter_subject: str,
+    start_seq: int,
+    opened: Callable[[], None] | None = None,
 ) -> AsyncGenerator[StoredMarker, None]:
-    """Yield markers of `stream` from `start_seq` on, forever (until the connection closes)."""
-    return _markers(port, stream, filter_subject, start_seq, live=True)
+    """Yield markers of `stream` from `start_seq` on, forever (until the connection closes);
+    `opened` is called once the server took the read (`JetStreamPort.read`)."""
+    return _markers(port, stream, filter_subject, start_seq, live=True, opened=opened)
 
 
 async def _markers(
-    port: JetStreamPort, stream: str, filter_subject: str, start_seq: int, *, live: bool
+    port: JetStreamPort,
+    stream: str,
+    filter_subject: str,
+    start_seq: int,
+    *,
+    live: bool,
+    opened: Callable[[], None] | None = None,
 ) -> AsyncGenerator[StoredMarker, None]:
-    messages = port.read(stream, filter_subject, start_seq, live=live)
+    messages = port.read(stream, filter_subject, start_seq, live=live, opened=opened)
     async with contextlib.aclosing(messages):
         async for msg in messages:
             yield StoredMarker(msg.seq, msg.subject, msg.data)

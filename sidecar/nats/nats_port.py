@@ -112,6 +112,7 @@ class NatsPort:
         *,
         live: bool,
         headers_only: bool = False,
+        opened: Callable[[], None] | None = None,
     ) -> AsyncGenerator[StoredMessage, None]:
         if not live:
             stored = stream_reader.read_stored(
@@ -122,7 +123,12 @@ class NatsPort:
                     yield StoredMessage(seq, subject, data, headers or {})
             return
         messages = stream_reader.tail(
-            self._nats.js, stream, filter_subject, start_seq, headers_only=headers_only
+            self._nats.js,
+            stream,
+            filter_subject,
+            start_seq,
+            headers_only=headers_only,
+            opened=opened,
         )
         async with contextlib.aclosing(messages):
             async for msg in messages:

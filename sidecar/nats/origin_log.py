@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 
 from sidecar.naming import SOURCE_HEADER, VirtualStream
 from sidecar.nats.port import JetStreamPort
@@ -41,18 +41,34 @@ def replay_origins(
 
 
 def tail_origins(
-    port: JetStreamPort, vs: VirtualStream, region: str, start_seq: int
+    port: JetStreamPort,
+    vs: VirtualStream,
+    region: str,
+    start_seq: int,
+    opened: Callable[[], None] | None = None,
 ) -> AsyncGenerator[DataEntry, None]:
     """Yield the origins of `region`'s read stream's data messages from `start_seq` on, in
-    stream order, forever (until the connection closes)."""
-    return _origins(port, vs, region, start_seq, live=True)
+    stream order, forever (until the connection closes); `opened` is called once the server
+    took the read (`JetStreamPort.read`)."""
+    return _origins(port, vs, region, start_seq, live=True, opened=opened)
 
 
 async def _origins(
-    port: JetStreamPort, vs: VirtualStream, region: str, start_seq: int, *, live: bool
+    port: JetStreamPort,
+    vs: VirtualStream,
+    region: str,
+    start_seq: int,
+    *,
+    live: bool,
+    opened: Callable[[], None] | None = None,
 ) -> AsyncGenerator[DataEntry, None]:
     messages = port.read(
-        vs.read_stream(region), vs.data_filter(), start_seq, live=live, headers_only=True
+        vs.read_stream(region),
+        vs.data_filter(),
+        start_seq,
+        live=live,
+        headers_only=True,
+        opened=opened,
     )
     async with contextlib.aclosing(messages):
         async for msg in messages:

@@ -128,11 +128,13 @@ class JetStreamPort(Protocol):
         *,
         live: bool,
         headers_only: bool = False,
+        opened: Callable[[], None] | None = None,
     ) -> AsyncGenerator[StoredMessage, None]:
         """The messages on `filter_subject` of `stream` from `start_seq` on, in stream order:
         those stored when it is called (`live=False`), or those and every one after, until
         the read loses its place or the connection closes (`live=True`: start again from
-        the last sequence taken + 1)."""
+        the last sequence taken + 1). A live read calls `opened` once the server took it
+        (its consumer created), before any message: from then on it follows the stream."""
         ...
 
     # ---- consumers ----------------------------------------------------------------------

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -95,10 +95,12 @@ def tail(
     start_seq: int,
     *,
     headers_only: bool = False,
+    opened: Callable[[], None] | None = None,
 ) -> AsyncGenerator[Msg, None]:
     """Yield the messages on `filter_subject` of `stream` from `start_seq` on, in stream
     order, until the server goes silent or a delivery is missing (`TailGap`), or the
-    connection closes; restart it from `last seq + 1` then.
+    connection closes; restart it from `last seq + 1` then. `opened` is called once the
+    server created its consumer (before any message).
 
     An ordered push consumer written here rather than nats-py's (`ordered_consumer=True`):
     that one runs a task per subscription polling its flow control every 250 ms, which at
@@ -107,7 +109,9 @@ def tail(
     server asks), and the server's idle heartbeats (every `_TAIL_HEARTBEAT_S`) are only
     waited for.
     """
-    return _ordered(js, stream, filter_subject, start_seq, headers_only, stored=False, last=None)
+    return _ordered(
+        js, stream, filter_subject, start_seq, headers_only, stored=False, last=None, opened=opened
+    )
 
 
 def replay(
@@ -135,8 +139,10 @@ async def _ordered(
     *,
     stored: bool,
     last: int | None,
+    opened: Callable[[], None] | None = None,
 ) -> AsyncGenerator[Msg, None]:
-    """The ordered push consumer of `tail` (`stored`: of `replay`)."""
+    """The ordered push consumer of `tail` (`stored`: of `replay`); `opened` is called once
+    its consumer is created."""
     nc = js._nc  # the connection behind `js` (nats-py keeps no public handle on it)
     # Messages come through a callback into a queue of our own, and silence is checked by
     # one timer per `_TAIL_SILENCE_S`, not per message: nats-py's `next_msg(timeout=)` makes
@@ -176,6 +182,8 @@ async def _ordered(
             timeout_s=_REQUEST_TIMEOUT_S,
         )
         name = str(created["name"])
+        if opened is not None:
+            opened()
         # Replaying: the messages pending at the consumer's creation are those stored then.
         remaining = int(created.get("num_pending", 0)) if stored else -1
         delivered = 0

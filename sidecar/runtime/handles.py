@@ -3,13 +3,19 @@ port to JetStream, the connection's state, the cursor store, the shard leases an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 from sidecar.nats.connection import NatsConnection
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.port import JetStreamPort
 from sidecar.nats.shards import ShardLeases
 from sidecar.runtime.clock import Clock, wall_clock_ms
+
+# Live tails being opened at once in the region (each a `CONSUMER.CREATE`, which the JetStream
+# meta leader handles): unbounded, a start of thousands of streams sent thousands at once,
+# most timed out on the servers' queue and were sent again (docs/benchmarks.md, "Start-up").
+TAIL_OPENS_IN_FLIGHT = 32
 
 
 @dataclass
@@ -28,6 +34,10 @@ class RegionHandles:
     cursor_store: CursorStore | None = None
     leases: ShardLeases | None = None
     clock: Clock = wall_clock_ms
+    tail_opens: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(TAIL_OPENS_IN_FLIGHT)
+    )
+    """Held by a tail from its start until it is open or has failed (`StreamTails`)."""
 
     def cursors(self) -> CursorStore:
         """The cursor store; only used after the bring-up (drivers and writes start later)."""

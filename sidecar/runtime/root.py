@@ -348,9 +348,18 @@ class Runtime:
             tasks.append(self._spawn(driver.tails.origins(), f"index-{name}"))
             subscribing = self._handles.clock()
             await self._retry(f"consumer signals {name}", partial(self._intervals.add, driver))
+            signalled = self._handles.clock()
+        # Rebuilt once its tails follow the read stream (out of the rebuilds' slots: a tail
+        # the server keeps refusing holds none while it keeps its stream rebuilding).
+        await driver.tails.opened()
         self._state.running.add(name)
         self.metrics.set_streams_rebuilt(len(self._state.running))
-        log.info("stream_running", stream=name, signals_ms=self._handles.clock() - subscribing)
+        log.info(
+            "stream_running",
+            stream=name,
+            signals_ms=signalled - subscribing,
+            tails_ms=self._handles.clock() - signalled,
+        )
 
     def _add_stream(self, vs: VirtualStream) -> None:
         """Take up a stream discovery found: its driver joins the API and its shard (with the

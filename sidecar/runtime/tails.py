@@ -57,6 +57,9 @@ class StreamTails:
         self._post = post
         self._data = Batches(self._post_data, _INDEX_BATCH, _INDEX_WAIT_S)
         self._stopping = False
+        # Set once each tail's first read was taken by the server (`opened`).
+        self._marker_opened = asyncio.Event()
+        self._origin_opened = asyncio.Event()
         self.marker_seq = 0
         """The last marker taken (replayed or tailed)."""
         self.data_seq = 0
@@ -82,6 +85,13 @@ class StreamTails:
             self.marker_seq = stored.seq
         return backlog, markers
 
+    async def opened(self) -> None:
+        """Wait until both tails follow the read stream (each one's first consumer created):
+        until then the stream counts as rebuilding. A tail that keeps failing (a consumer
+        the server refuses, `_follow` warns and retries) keeps it waiting."""
+        await self._marker_opened.wait()
+        await self._origin_opened.wait()
+
     def data_from(self, last_seq: int) -> None:
         """With progress off only data from `last_seq` on matters (`origins` follows it)."""
         if not self._progress:
@@ -89,12 +99,18 @@ class StreamTails:
 
     async def markers(self) -> None:
         """Follow the read stream's markers live, from where the replay ended."""
-        await self._follow("marker", self._tail_markers, lambda: self.marker_seq)
+        await self._follow(
+            "marker", self._tail_markers, lambda: self.marker_seq, self._marker_opened
+        )
 
-    async def _tail_markers(self) -> None:
+    async def _tail_markers(self, opened: Callable[[], None]) -> None:
         vs, region, clock = self._vs, self._handles.region, self._handles.clock
         tail = tail_markers(
-            self._handles.port, vs.read_stream(region), vs.marker_filter(), self.marker_seq + 1
+            self._handles.port,
+            vs.read_stream(region),
+            vs.marker_filter(),
+            self.marker_seq + 1,
+            opened,
         )
         async with contextlib.aclosing(tail):
             async for stored in tail:
@@ -109,11 +125,13 @@ class StreamTails:
         ended, and hand them to the machine in batches (never one job per message). With
         progress off, only follow how far the data went (the snapshots' start signal)."""
         try:
-            await self._follow("origin", self._tail_origins, lambda: self.data_seq)
+            await self._follow(
+                "origin", self._tail_origins, lambda: self.data_seq, self._origin_opened
+            )
         finally:
             self._data.cancel()
 
-    async def _tail_origins(self) -> None:
+    async def _tail_origins(self, opened: Callable[[], None]) -> None:
         # Safety rests on what reaches the machine, not on how fast: the entries come in
         # read-stream order, one per data message (the filter is `vs.data_filter()`, so no
         # marker), none skipped (each tail starts right after the last entry taken, and the
@@ -122,7 +140,7 @@ class StreamTails:
         # or below M (whatever it lacks makes the vector smaller, never larger), and
         # `position_for` never goes past `indexed_through`, the last entry it was given.
         handles = self._handles
-        tail = tail_origins(handles.port, self._vs, handles.region, self.data_seq + 1)
+        tail = tail_origins(handles.port, self._vs, handles.region, self.data_seq + 1, opened)
         async with contextlib.aclosing(tail):
             async for entry in tail:
                 if self._progress:
@@ -140,17 +158,47 @@ class StreamTails:
             self._observer.unknown_origin(entry.read_seq)
 
     async def _follow(
-        self, what: str, run: Callable[[], Awaitable[None]], last_seq: Callable[[], int]
+        self,
+        what: str,
+        run: Callable[[Callable[[], None]], Awaitable[None]],
+        last_seq: Callable[[], int],
+        opened: asyncio.Event,
     ) -> None:
         """Run one tail (`run`) after another until stopped: each starts after the last
-        message the one before it took (`last_seq`), once it ended or failed."""
+        message the one before it took (`last_seq`), once it ended or failed. Each holds one
+        of the region's `tail_opens` from its start until it is open (then `opened` is set)
+        or has failed, so a start of thousands of streams (or a reconnect) opens them a few
+        at a time instead of all at once."""
+        opening = self._handles.tail_opens
         while not self._stopping:
+            await opening.acquire()
+            slot = _Slot(opening)
             try:
-                await run()
+                await run(partial(_open_done, slot, opened))
                 log.warning(f"{what}_tail_ended", stream=self._vs.name, last_seq=last_seq())
             except (TimeoutError, NatsError, OSError) as err:
                 log.warning(f"{what}_tail_failed", stream=self._vs.name, error=repr(err))
+            finally:
+                slot.release()
             await asyncio.sleep(_TAIL_RETRY_S)
 
     def stop(self) -> None:
         self._stopping = True
+
+
+class _Slot:
+    """One of the region's `tail_opens`, held until released (once, whichever comes first:
+    the tail open, or its end)."""
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore: asyncio.Semaphore | None = semaphore
+
+    def release(self) -> None:
+        if self._semaphore is not None:
+            self._semaphore.release()
+            self._semaphore = None
+
+
+def _open_done(slot: _Slot, opened: asyncio.Event) -> None:
+    slot.release()
+    opened.set()

@@ -1,5 +1,5 @@
-"""A sidecar is ready only once every stream's state is rebuilt from its read stream; until
-then each stream rebuilt serves, and /readyz tells how many are."""
+"""A sidecar is ready only once every stream's state is rebuilt from its read stream and its
+tails follow it; until then each stream rebuilt serves, and /readyz tells how many are."""
 
 from __future__ import annotations
 
@@ -10,15 +10,24 @@ import aiohttp
 import grpc
 import nats
 import pytest
+import structlog
 
 from rsub_dev.cluster import LocalSuperCluster
-from rsub_dev.sidecars import READY_TIMEOUT_S, RegionSidecars, durable_config, wait_until
+from rsub_dev.sidecars import (
+    READY_TIMEOUT_S,
+    RegionSidecars,
+    durable_config,
+    sidecar_settings,
+    wait_until,
+)
 from sidecar._gen.rsub.v1 import api_pb2, api_pb2_grpc
 from sidecar.api.service import Service
+from sidecar.config.loading import config_from_mapping
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
 from sidecar.runtime import Runtime
 from tests.support.held_rebuilds import hold_rebuilds
+from tests.support.nats_users import ADMIN, STREAM, connect_as, credentials, restrict, sidecar_user
 
 pytestmark = pytest.mark.integration
 
@@ -101,3 +110,48 @@ async def test_streams_serve_once_rebuilt_and_readyz_counts_them(
     finally:
         gate.set()
         await service.stop()
+
+
+async def test_not_ready_while_the_tails_cannot_open(cluster2: LocalSuperCluster) -> None:
+    """Without `$JS.API.CONSUMER.CREATE.<read stream>` (the live tails' consumers) a stream is
+    replayed and its positions read, but its tails are refused: it stays rebuilding (/readyz
+    503, 0 of 1) while each tail is retried, and the log names the refused subject. Given
+    the permission back (a reload), the tails open and the sidecar becomes ready."""
+    refused = "$JS.API.CONSUMER.CREATE.orders-read-west"
+    full = sidecar_user("west")
+    await restrict(cluster2, [full.without(refused)])
+    async with connect_as(cluster2, "west", *ADMIN) as admin:
+        await apply_topology(admin, VirtualStream(STREAM, tuple(cluster2.regions)))
+    settings = sidecar_settings(cluster2, "west", streams=[STREAM], credentials=credentials(full))
+    service = Service(config_from_mapping(settings))
+    with structlog.testing.capture_logs() as events:
+        await service.start()
+        try:
+            url = f"http://127.0.0.1:{service.http_port}/readyz"
+            async with aiohttp.ClientSession() as http:
+
+                async def readyz() -> tuple[int, dict[str, Any]]:
+                    async with http.get(url) as resp:
+                        return resp.status, await resp.json()
+
+                async def tails_failed() -> bool:
+                    failed = {e["event"] for e in events if e["event"].endswith("_tail_failed")}
+                    return failed == {"marker_tail_failed", "origin_tail_failed"}
+
+                # A refused request times out (5 s); each tail has failed at least once here.
+                await wait_until(tails_failed, "both tails to fail", 30)
+                status, body = await readyz()
+                assert (status, body["missing"]) == (503, ["streams"])
+                assert body["streams"] == {"rebuilt": 0, "total": 1}
+                violation = f'permissions violation for publish to "{refused}"'.lower()
+                assert any(violation in str(e.get("error")).lower() for e in events)
+
+                await restrict(cluster2, [full])
+
+                async def ready() -> bool:
+                    return (await readyz())[0] == 200
+
+                await wait_until(ready, "/readyz 200 once the tails may open", 60)
+                assert (await readyz())[1]["streams"] == {"rebuilt": 1, "total": 1}
+        finally:
+            await service.stop()

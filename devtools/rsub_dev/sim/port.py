@@ -244,10 +244,14 @@ class SimPort:
         *,
         live: bool,
         headers_only: bool = False,
+        opened: Callable[[], None] | None = None,
     ) -> AsyncGenerator[StoredMessage, None]:
         net = self._net
         await net.delay()
-        last = None if live else net.js.stream(stream).last_seq
+        held = net.js.stream(stream)  # a missing stream raises, as the server refuses the read
+        last = None if live else held.last_seq
+        if live and opened is not None:  # where the real port's consumer is created
+            opened()
         next_seq = start_seq
         while True:
             found = list(net.js.stream(stream).matching(next_seq, (filter_subject,), last))
