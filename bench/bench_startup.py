@@ -44,7 +44,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -54,14 +54,12 @@ from typing import Any, TypeVar
 import bench_sidecar_footprint as footprint
 import nats
 from nats.aio.client import Client
-from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from rsub_dev.cluster import ClusterError, LocalSuperCluster
-from rsub_dev.sidecars import SidecarProcess, durable_config, wait_until
+from rsub_dev.sidecars import SidecarProcess, wait_until
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
-from sidecar.nats.topology import TopologyError, apply_topology
 
 _STAGES = (
     ("replay", "stream_rebuilt", "replay_ms"),
@@ -73,7 +71,6 @@ _STAGES = (
 _EPHEMERAL_GONE_S = 180.0
 _IDLE_S = 10.0
 _THIS = Path(__file__).resolve().parent.parent
-_SETUP_ATTEMPTS = 5
 T = TypeVar("T")
 
 
@@ -84,17 +81,6 @@ class Options:
     markers: list[int]
     baseline: Path | None
     in_flight: list[int]
-
-
-async def patiently(attempt: Callable[[], Awaitable[T]]) -> T:
-    """`attempt` (idempotent) again after a timeout or a refusal (a loaded machine's servers
-    answer late, or "JetStream system temporarily unavailable", while thousands of streams
-    are set up)."""
-    for _ in range(_SETUP_ATTEMPTS - 1):
-        with contextlib.suppress(TimeoutError, NatsError, TopologyError):
-            return await attempt()
-        await asyncio.sleep(1)
-    return await attempt()
 
 
 async def fewest_markers(js: JetStreamContext, streams: Sequence[VirtualStream]) -> int:
@@ -117,7 +103,7 @@ async def store_markers(
     """Run both regions' sidecars with data in every stream until each west read stream
     holds `wanted` markers."""
     js = nc.jetstream()
-    if wanted == 0 or await patiently(partial(fewest_markers, js, streams)) >= wanted:
+    if wanted == 0 or await footprint.patiently(partial(fewest_markers, js, streams)) >= wanted:
         return
     started = time.monotonic()
     names = [vs.name for vs in streams]
@@ -127,7 +113,7 @@ async def store_markers(
             try:
 
                 async def enough() -> bool:
-                    return await patiently(partial(fewest_markers, js, streams)) >= wanted
+                    return await footprint.patiently(partial(fewest_markers, js, streams)) >= wanted
 
                 await wait_until(enough, f"{wanted} markers per stream", 1800.0, poll_s=5)
             finally:
@@ -260,14 +246,7 @@ async def one_count(args: Options, count: int, directory: Path) -> None:
         try:
             js = nc.jetstream()
             started = time.monotonic()
-            await footprint.bounded(patiently(partial(apply_topology, nc, vs)) for vs in streams)
-            await footprint.bounded(
-                patiently(
-                    partial(js.add_consumer, vs.read_stream("west"), durable_config(vs, f"d{d}"))
-                )
-                for vs in streams
-                for d in range(args.durables)
-            )
+            await footprint.lay_out(nc, streams, args.durables)
             print(
                 f"{count} streams x {args.durables} replicated durables in west set up in "
                 f"{time.monotonic() - started:.0f} s",
