@@ -74,7 +74,7 @@ from nats.js.api import DeliverPolicy
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import SidecarProcess, durable_config, sidecar_settings, wait_until
 from rsub_dev.workload import Consumer, Producer
-from sidecar.api.client import SidecarError
+from sidecar.api.client import RETRYABLE, SidecarError
 from sidecar.exact import covered, progress_of
 from sidecar.logs import configure_logging
 from sidecar.naming import VirtualStream
@@ -166,6 +166,18 @@ async def measure(
     setting.west_waited = 100 * waited / elapsed
 
 
+async def east_vector(east: SidecarProcess, vs: VirtualStream, durable: str) -> dict[str, int]:
+    """East's progress vector of `durable`; `TimeoutError` (wait_until's "not yet") while it
+    has none (NOT_FOUND: no update from west yet) or answers late (a busy sidecar at 1,000
+    streams on a saturated machine took more than the call's 10 s)."""
+    try:
+        return dict(await progress_of(f"127.0.0.1:{east.grpc_port}", vs.name, durable))
+    except SidecarError as error:
+        if error.code in RETRYABLE or error.code == grpc.StatusCode.NOT_FOUND:
+            raise TimeoutError(str(error)) from error
+        raise
+
+
 async def settled_vector(east: SidecarProcess, vs: VirtualStream, durable: str) -> dict[str, int]:
     """East's progress vector of `durable` once it has not changed for `SETTLED_S`."""
     last: dict[str, int] | None = None
@@ -173,7 +185,7 @@ async def settled_vector(east: SidecarProcess, vs: VirtualStream, durable: str) 
 
     async def quiet() -> bool:
         nonlocal last, since
-        vector = dict(await progress_of(f"127.0.0.1:{east.grpc_port}", vs.name, durable))
+        vector = await east_vector(east, vs, durable)
         if vector != last:
             last, since = vector, time.monotonic()
         return time.monotonic() - since >= SETTLED_S
@@ -189,12 +201,7 @@ async def known_in_east(
     """Wait until east's sidecar has a vector from west for `durable`, and the durable."""
 
     async def known() -> bool:
-        try:
-            vector = dict(await progress_of(f"127.0.0.1:{east.grpc_port}", vs.name, durable))
-        except SidecarError as error:
-            if error.code != grpc.StatusCode.NOT_FOUND:
-                raise
-            return False  # until the first update from west
+        vector = await east_vector(east, vs, durable)
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await east_js.consumer_info(vs.read_stream("east"), durable)
             return vector.get("west", 0) > 0
