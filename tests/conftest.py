@@ -20,7 +20,8 @@ Tests that use them should be marked `@pytest.mark.integration`.
 
 `make test` runs the suite on pytest-xdist workers, `--dist loadfile` with the work units
 and their order of `tests/support/work_units.py`; `--store-durations` records each test
-file's seconds of a run in `tests/durations.json`, the order's source.
+file's seconds of a run (each test's, for the seeded simulations split by test) in
+`tests/durations.json`, the order's source.
 """
 
 from __future__ import annotations

@@ -1,10 +1,15 @@
 """How `make test` spreads the suite over pytest-xdist workers (`--dist loadfile`).
 
 A work unit runs whole on one worker: one per test file, so a module's fixtures and state
-start once, except that the files whose tests share the Spark session (`spark` of
-tests/spark/conftest.py, one JVM per process) are one unit together, so the JVM starts once.
-Units start longest first, by the seconds per file recorded in `tests/durations.json` (a file
-not recorded there, a new one, first of all), so the last to end is a short one.
+start once, except that
+- the files whose tests share the Spark session (`spark` of tests/spark/conftest.py, one JVM
+  per process) are one unit together, so the JVM starts once;
+- each test of the seeded simulations (`SPLIT_FILES`: pure, minutes of CPU a file, no
+  fixture wider than a test) is a unit of its own, so that a file's runs spread over the
+  workers instead of holding one to the end.
+Units start longest first, by the seconds recorded in `tests/durations.json` per file (per
+test for `SPLIT_FILES`; one not recorded there, a new one, first of all), so the last to end
+is a short one.
 
 xdist's own `--dist loadgroup` would do the grouping from `xdist_group` marks, but with
 pytest 9.2 it silently groups nothing (it renames node ids through a field pytest no longer
@@ -30,15 +35,22 @@ SPARK_UNIT = "spark"
 SPARK_SESSION_FILES = frozenset(
     {"tests/spark/test_spark_failover.py", "tests/spark/test_spark_streaming.py"}
 )
+SPLIT_FILES = frozenset({"tests/dev/test_shell_sim.py", "tests/dev/test_shell_failback.py"})
 
 
 def file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+def recorded_as(nodeid: str) -> str:
+    """The key of `nodeid`'s seconds in `DURATIONS`: its file, or itself in `SPLIT_FILES`."""
+    path = file_of(nodeid)
+    return nodeid if path in SPLIT_FILES else path
+
+
 def work_unit(nodeid: str) -> str:
     path = file_of(nodeid)
-    return SPARK_UNIT if path in SPARK_SESSION_FILES else path
+    return SPARK_UNIT if path in SPARK_SESSION_FILES else recorded_as(nodeid)
 
 
 def recorded_seconds() -> dict[str, float]:
@@ -62,8 +74,8 @@ def longest_first(items: Sequence[N], seconds: dict[str, float]) -> list[N]:
         units.setdefault(work_unit(item.nodeid), []).append(item)
 
     def recorded(unit: str) -> float:
-        files = {file_of(item.nodeid) for item in units[unit]}
-        return sum(seconds.get(f, float("inf")) for f in files)
+        keys = {recorded_as(item.nodeid) for item in units[unit]}
+        return sum(seconds.get(k, float("inf")) for k in keys)
 
     return [item for unit in sorted(units, key=lambda u: -recorded(u)) for item in units[unit]]
 
@@ -78,15 +90,15 @@ def check_spark_files(items: Sequence[pytest.Item]) -> None:
 
 
 class DurationRecorder:
-    """Each test file's seconds (setup, call and teardown of its tests) of a passing run,
-    merged into `DURATIONS` at its end (under xdist, in the controller: it gets every
-    report)."""
+    """Each test file's seconds (setup, call and teardown of its tests; each test's in
+    `SPLIT_FILES`) of a passing run, merged into `DURATIONS` at its end (under xdist, in the
+    controller: it gets every report)."""
 
     def __init__(self) -> None:
         self.seconds: defaultdict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.seconds[file_of(report.nodeid)] += report.duration
+        self.seconds[recorded_as(report.nodeid)] += report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if exitstatus != pytest.ExitCode.OK:
