@@ -1032,9 +1032,15 @@ def feeds_snapshot_markers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     markers (no `Nats-Stream-Source`) are fed to the index as data of no known origin."""
 
     async def every_message(
-        port: JetStreamPort, vs: VirtualStream, region: str, start_seq: int
+        port: JetStreamPort,
+        vs: VirtualStream,
+        region: str,
+        start_seq: int,
+        opened: Callable[[], None] | None = None,
     ) -> AsyncGenerator[DataEntry, None]:
-        messages = port.read(vs.read_stream(region), ">", start_seq, live=True, headers_only=True)
+        messages = port.read(
+            vs.read_stream(region), ">", start_seq, live=True, headers_only=True, opened=opened
+        )
         async for msg in messages:
             entry = data_entry(vs, msg.seq, msg.headers)
             if entry.origin == UNKNOWN_ORIGIN or subject_within(msg.subject, vs.data_filter()):
