@@ -476,6 +476,21 @@ def test_soak_seed_846308147041_every_region_completes_snapshots_after_healing()
     assert result.params.timeout_ms < result.params.snapshot_rounds_ms
 
 
+@pytest.mark.xfail(strict=True, reason="found by make soak, not triaged yet: see the docstring")
+def test_soak_seed_702622929322_a_woken_replica_takes_no_move_for_consumption() -> None:
+    """Found by `make soak` (seed 702622929322, as it draws it) at the end of the fourth
+    round on 2026-11-27, and the same at 8202109 (that round's start): three regions, three
+    replicas each, freezes, tails lagging up to 300 ms, a failover at 6 s. r2-1, frozen since
+    before 1,125 ms, wakes at 7,725 ms; meanwhile r2-2-1 led r2 and reset `app` (to 416, 458,
+    473, 497). At 7,732 ms r2-1's machine takes those moves for its consumers' sign of `app`
+    ("consumed in": none consumed in r2 since its previous read at 1,125 ms): a woken replica
+    that still takes itself for the leader reads positions before its tail shows the new
+    leader's markers. Not triaged yet (likely a product bug: a sign taken without the
+    leadership confirmed, or without knowing who moved the durable)."""
+    result = run_shell(702622929322)
+    assert result.violation is None, result.report()
+
+
 def test_seed_846308147041_with_a_timeout_that_fits_completes_snapshots_after_healing() -> None:
     """The same run with the shortest timeout the healed end checks: every region
     completes a snapshot after the heal."""

@@ -32,6 +32,12 @@ from tests.support.nats_users import ADMIN, STREAM, connect_as, credentials, res
 pytestmark = pytest.mark.integration
 
 
+async def readyz(http: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, Any]]:
+    """/readyz's status and body."""
+    async with http.get(url) as resp:
+        return resp.status, await resp.json()
+
+
 async def test_not_ready_while_a_stream_is_being_rebuilt(
     cluster2: LocalSuperCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,17 +84,13 @@ async def test_streams_serve_once_rebuilt_and_readyz_counts_them(
         url = f"http://127.0.0.1:{service.http_port}/readyz"
         async with aiohttp.ClientSession() as http:
 
-            async def readyz() -> tuple[int, dict[str, Any]]:
-                async with http.get(url) as resp:
-                    return resp.status, await resp.json()
-
             async def answers(status: int, rebuilt: int) -> bool:
-                got, body = await readyz()
+                got, body = await readyz(http, url)
                 return (got, body.get("streams")) == (status, {"rebuilt": rebuilt, "total": 200})
 
             await wait_until(lambda: answers(503, 100), "/readyz: 100 of 200 rebuilt", 120)
             await asyncio.sleep(0.5)  # the held ones stay held: no further progress
-            status, body = await readyz()
+            status, body = await readyz(http, url)
             assert (status, body["missing"], body["streams"]["rebuilt"]) == (503, ["streams"], 100)
             async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
                 stub = api_pb2_grpc.CursorServiceStub(channel)
@@ -130,17 +132,13 @@ async def test_not_ready_while_the_tails_cannot_open(cluster2: LocalSuperCluster
             url = f"http://127.0.0.1:{service.http_port}/readyz"
             async with aiohttp.ClientSession() as http:
 
-                async def readyz() -> tuple[int, dict[str, Any]]:
-                    async with http.get(url) as resp:
-                        return resp.status, await resp.json()
-
                 async def tails_failed() -> bool:
                     failed = {e["event"] for e in events if e["event"].endswith("_tail_failed")}
                     return failed == {"marker_tail_failed", "origin_tail_failed"}
 
                 # A refused request times out (5 s); each tail has failed at least once here.
                 await wait_until(tails_failed, "both tails to fail", 30)
-                status, body = await readyz()
+                status, body = await readyz(http, url)
                 assert (status, body["missing"]) == (503, ["streams"])
                 assert body["streams"] == {"rebuilt": 0, "total": 1}
                 violation = f'permissions violation for publish to "{refused}"'.lower()
@@ -149,9 +147,9 @@ async def test_not_ready_while_the_tails_cannot_open(cluster2: LocalSuperCluster
                 await restrict(cluster2, [full])
 
                 async def ready() -> bool:
-                    return (await readyz())[0] == 200
+                    return (await readyz(http, url))[0] == 200
 
                 await wait_until(ready, "/readyz 200 once the tails may open", 60)
-                assert (await readyz())[1]["streams"] == {"rebuilt": 1, "total": 1}
+                assert (await readyz(http, url))[1]["streams"] == {"rebuilt": 1, "total": 1}
         finally:
             await service.stop()
