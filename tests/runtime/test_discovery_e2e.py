@@ -145,7 +145,9 @@ async def test_a_stream_laid_out_while_running_is_followed_and_dropped_when_dele
         await west.delete_stream(orders.read_stream("west"))
 
         async def dropped_in_west() -> bool:
-            return await running(sidecars["west"]) == set()
+            # The API stops listing it first; the drop is counted once its tasks ended.
+            gone = await running(sidecars["west"]) == set()
+            return gone and sample(registry["west"], "rsub_streams_dropped_total") == 1
 
         await wait_until(dropped_in_west, "west's sidecar to drop the stream")
         assert sample(registry["west"], "rsub_streams_dropped_total") == 1
