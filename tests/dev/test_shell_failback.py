@@ -710,6 +710,19 @@ def test_seed_57639939165_still_catches_a_guard_that_does_not_wait(
     assert result.violation is not None and result.violation.startswith("failback safety:")
 
 
+@pytest.mark.xfail(strict=True, reason="found by make soak, not triaged yet: see the docstring")
+def test_soak_seed_9746887200_a_held_durable_is_released_in_the_window() -> None:
+    """Found by `make soak SECONDS=300` (seed 9746887200, as it draws it) at the end of the
+    fourth round on 2026-11-27, and the same at 8202109 (that round's start): three regions,
+    a quiet return of r0 at 5,455 ms, intervals of 100 ms, requests delayed up to 40 ms,
+    30 % of actions failing, freezes, read streams keeping messages 2,075 ms, three durables.
+    `app-1` held in r0 from 9,418 ms, sourcing with every region resumed at 11,264 ms, and at
+    15,370 ms it was still held, past the check's window (`app` was released at 15,354 ms).
+    Not triaged yet (failing actions delaying the release, or the window)."""
+    result = run_shell(9746887200)
+    assert result.violation is None, result.report()
+
+
 def test_soak_seed_566985388639_the_release_lands_after_the_moves_asked_first() -> None:
     """Found by `make soak` (seed 566985388639, as it draws it) at the end of this round;
     it passed at 4b30144 and failed from ae216a8 on (bisected: the release read asks the move
