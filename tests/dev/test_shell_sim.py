@@ -491,6 +491,18 @@ def test_soak_seed_702622929322_a_woken_replica_takes_no_move_for_consumption() 
     assert result.violation is None, result.report()
 
 
+@pytest.mark.xfail(strict=True, reason="found by make soak, not triaged yet: see the docstring")
+def test_soak_seed_276089432657_the_durable_is_there_in_its_new_home() -> None:
+    """Found by `make soak SECONDS=300` (seed 276089432657, as it draws it) at the end of the
+    fourth round on 2026-11-27, and the same at 8202109 (that round's start): two regions,
+    two replicas each, 150 ms links, partitions, garbage, freezes, user resets and deletions,
+    read streams keeping messages 1,500 ms, a failover at 3 s and a healed end. At the end
+    `app` is not there in r1, its home after the failover ("loss"). Not triaged yet: a
+    product loss, or a checker gap around a user's deletion before the heal."""
+    result = run_shell(276089432657)
+    assert result.violation is None, result.report()
+
+
 def test_seed_846308147041_with_a_timeout_that_fits_completes_snapshots_after_healing() -> None:
     """The same run with the shortest timeout the healed end checks: every region
     completes a snapshot after the heal."""
