@@ -323,6 +323,7 @@ class StreamMachine:
                 sub = self._subs.get(name)
                 if sub is not None and sub.exists and self._consumed_here(sub, position):
                     self._signed(sub)
+        self._place(listing.positions)
         out: list[Output] = []
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
@@ -337,6 +338,17 @@ class StreamMachine:
             out += self._answer_catch_ups()
             out += self._end_holds()
         return out
+
+    def _place(self, positions: Mapping[str, int]) -> None:
+        """A listing's positions, taken before its set of subscriptions reconciles them: a
+        move asked from where the read before left a durable is one it may have passed since
+        (its floor followed the stream's removals), and a held one already where the
+        progress called for it would be asked another before its release, and stay held
+        (`make soak` seed 9746887200, docs/protocol.md §7)."""
+        for name, position in positions.items():
+            sub = self._subs.get(name)
+            if sub is not None and sub.exists:
+                sub.mark_delete = position
 
     def marker_read(self, stored: StoredMarker, now_ms: int) -> list[Output]:
         """A message read from this region's read stream on the marker subjects (tail order),
