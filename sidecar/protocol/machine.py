@@ -340,14 +340,15 @@ class StreamMachine:
         return out
 
     def _place(self, positions: Mapping[str, int]) -> None:
-        """A listing's positions, taken before its set of subscriptions reconciles them: a
-        move asked from where the read before left a durable is one it may have passed since
-        (its floor followed the stream's removals), and a held one already where the
-        progress called for it would be asked another before its release, and stay held
-        (`make soak` seed 9746887200, docs/protocol.md §7)."""
-        for name, position in positions.items():
-            sub = self._subs.get(name)
-            if sub is not None and sub.exists:
+        """The listed positions of the durables the failback guard holds, taken before the
+        listing's set of subscriptions reconciles them. Judged from where its last move left
+        it, a held durable the read lists where the progress called for it once every region
+        answered (its floor followed the read stream's removals past that move) was asked
+        another move and stayed held (`make soak` seed 9746887200, docs/protocol.md §7)."""
+        held = self._return
+        for name in held.held if held is not None else ():
+            sub, position = self._subs.get(name), positions.get(name)
+            if sub is not None and sub.exists and position is not None:
                 sub.mark_delete = position
 
     def marker_read(self, stored: StoredMarker, now_ms: int) -> list[Output]:

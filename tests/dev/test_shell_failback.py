@@ -723,16 +723,16 @@ def test_soak_seed_9746887200_a_held_durable_is_released_in_the_window() -> None
     of it, the next read (14,944 ms) listed it past that point, but the machine reconciled
     the listing's subscriptions from where the move had left it, before taking the listed
     positions: it asked another move, so `app-2` stayed held, and the releases of `app` and
-    `app-1`, behind that move, landed past the window. A listing's positions are now taken
-    before its subscriptions are reconciled (`StreamMachine._place`, docs/protocol.md §7):
-    released by 15,145 ms. `ReconcilesFromTheLastRead`, the old order, is caught here."""
+    `app-1`, behind that move, landed past the window. A held durable's listed position is now
+    taken before the listing's subscriptions are reconciled (`StreamMachine._place`,
+    docs/protocol.md §7): released by 15,247 ms. `ReconcilesFromTheLastRead`, the old order, is caught here."""
     result = run_shell(9746887200)
     assert result.violation is None, result.report()
 
 
 class ReconcilesFromTheLastRead(StreamMachine):
-    """The machine before seed 9746887200: a listing's subscriptions reconciled from where
-    the read before (or a move's outcome) left them, its positions taken only after."""
+    """The machine before seed 9746887200: a listing's held durables reconciled from where
+    the read before (or a move's outcome) left them, their positions taken only after."""
 
     def _place(self, positions: Mapping[str, int]) -> None:
         pass
