@@ -506,9 +506,19 @@ def test_soak_seed_702622929322_a_woken_replica_takes_no_move_for_consumption() 
     in": none consumed there since 1,125 ms).
     A product bug, fixed: a sign needs a read (or a move and its read back) made wholly
     under the machine's epoch, as the lease said at its start and end, measured from one
-    that was too (docs/protocol.md §8). `IgnoresTheLease`, the old rule, is caught here."""
-    result = run_shell(702622929322)
+    that was too (docs/protocol.md §8). `IgnoresTheLease`, the old rule, is caught here.
+    The runtime tells the reads apart: every leader's read carries its epoch but that one."""
+    reads: Counter[bool] = Counter()
+
+    class CountsHeldReads(StreamMachine):
+        def positions_listed(self, listing: PositionsListing) -> list[Output]:
+            if self.is_leader:
+                reads[listing.lease_epoch == self.epoch] += 1
+            return super().positions_listed(listing)
+
+    result = run_shell(702622929322, machine_factory=CountsHeldReads)
     assert result.violation is None, result.report()
+    assert reads[False] == 1 and reads[True] > 10, reads
     broken = run_shell(702622929322, machine_factory=IgnoresTheLease)
     assert broken.violation is not None, broken.report()
     assert broken.violation.startswith("consumed in: r2's machine took its consumers' sign")
