@@ -2,13 +2,16 @@
 
 Every fixture here starts real nats-server processes under `tmp_path`, returns only once
 every server is JetStream-ready (meta leader elected, gateways connected), and stops them
-all at teardown. Fixtures are function-scoped (the gateway proxies live in the test's event
-loop); a 3-region cluster starts in about 5-6 s.
+all at teardown, except the shared ones. A super-cluster takes 6-10 s to start here, most of it
+the meta leader's first election.
 
-- `cluster3`: regions `west`, `central`, `east`, one server each, gateways through
-  in-process proxies (so `cut_link` / `set_link_delay` work).
-- `cluster2`: regions `west`, `east`, one server each, proxied gateways.
-- `make_cluster`: factory for anything else, e.g.
+- `cluster3`: regions `west`, `central`, `east`, one server each; `cluster2`: regions `west`,
+  `east`. Both shared by the tests of one worker, one test at a time (`cluster_pool`,
+  tests/support/cluster_pool.py): every stream is deleted after a test, and a cluster whose
+  servers were stopped or whose configuration changed is not lent again. Their gateways
+  connect directly: a test that cuts or delays links uses `make_cluster`.
+- `make_cluster`: factory for anything else (function-scoped, its gateways through
+  in-process proxies of the test's event loop, so `cut_link` / `set_link_delay` work), e.g.
   `cluster = await make_cluster(["a", "b"], servers_per_region=3)`; takes the keyword
   arguments of `LocalSuperCluster` (the directory defaults to a fresh one under `tmp_path`);
   annotate it as `rsub_dev.cluster.ClusterFactory`.
@@ -39,6 +42,7 @@ from nats.aio.client import Client
 
 from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from tests.support import work_units
+from tests.support.cluster_pool import ClusterPool
 from tests.support.nats_servers import LoneServer
 
 if TYPE_CHECKING:
@@ -60,14 +64,23 @@ async def make_cluster(tmp_path: Path) -> AsyncIterator[ClusterFactory]:
         yield make
 
 
-@pytest.fixture
-async def cluster3(make_cluster: ClusterFactory) -> LocalSuperCluster:
-    return await make_cluster(["west", "central", "east"])
+@pytest.fixture(scope="session")
+def cluster_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterPool]:
+    pool = ClusterPool(tmp_path_factory.mktemp("pooled"))
+    yield pool
+    asyncio.run(pool.close())
 
 
 @pytest.fixture
-async def cluster2(make_cluster: ClusterFactory) -> LocalSuperCluster:
-    return await make_cluster(["west", "east"])
+async def cluster3(cluster_pool: ClusterPool) -> AsyncIterator[LocalSuperCluster]:
+    async with cluster_pool.lend(("west", "central", "east")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def cluster2(cluster_pool: ClusterPool) -> AsyncIterator[LocalSuperCluster]:
+    async with cluster_pool.lend(("west", "east")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")

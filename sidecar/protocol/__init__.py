@@ -39,7 +39,8 @@ Inputs
                                        the full set of local subscriptions of the stream.
     action_done(action, mark_delete)   a move or creation it asked for was carried out; the
                                        subscription's position as read back after it (and
-                                       the read stream's first sequence read after that).
+                                       the read stream's first sequence read after that,
+                                       and the lease's epoch then).
     action_failed(action)              one was not (failed, or dropped: not the leader). The
                                        machine reports a position (`subscription().mark_delete`)
                                        only as read or as an action reported done left it, has

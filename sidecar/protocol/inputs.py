@@ -108,6 +108,12 @@ class PositionsListing:
     stream_age_ms: int | None = None
     """How long ago the read stream was created (`STREAM.INFO`'s `created`), None when the
     server does not say: a leader elected with the stream is its first, no return's."""
+    lease_epoch: int | None = None
+    """The epoch of this replica's lease on the stream when the read began, if the lease
+    still held it when the read ended; 0 when it did not (not leading at either end, or
+    lost and taken again meanwhile); None when not known. Only a read wholly under the
+    machine's own epoch shows what its consumers did: while it leads with one epoch no other
+    replica of the region leads (docs/protocol.md §8)."""
 
 
 @dataclass(frozen=True, slots=True)

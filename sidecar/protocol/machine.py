@@ -179,6 +179,9 @@ class StreamMachine:
         # region returned; answers owed to returning regions wait for a positions read.
         self._first_listing = False
         self._return: _Return | None = None
+        # Consumption signs (§8) compare a read with the positions known before it, which
+        # must have been read wholly under this leadership too: none yet when it begins.
+        self._baseline_held = False
         self._owed: list[Response] = []
         self._active_until = 0  # when the last region counting as consuming stops counting
         self._first_seq = 0  # the read stream's first sequence as last read (listing, move)
@@ -314,15 +317,19 @@ class StreamMachine:
         the read began before a creation asked for since: it would take the one created for
         deleted and forget what it holds for it, updates received and sent; the next read has
         it), then the positions."""
-        # Before anything below asks for a move. A leader's first read is its baseline: the
-        # moves of the leader before it look like consumption from a follower's reads.
+        # Before anything below asks for a move. Only a read wholly under this machine's
+        # epoch is a sign, and only against one that was too (a leader's first such read is
+        # its baseline: from a follower's reads, or one begun before it led, the moves of the
+        # leader before it look like consumption; so do another replica's after it lost the
+        # lease, read by a replica woken from a pause before it hears of the loss).
         self._first_seq = max(self._first_seq, listing.first_seq)
-        away = self._away(listing.read_ms)
-        if self._leader and not self._first_listing and not away:
+        held = self._leader and self._held(listing.lease_epoch)
+        if held and self._baseline_held and not self._away(listing.read_ms):
             for name, position in listing.positions.items():
                 sub = self._subs.get(name)
                 if sub is not None and sub.exists and self._consumed_here(sub, position):
                     self._signed(sub)
+        self._baseline_held = held
         self._place(listing.positions)
         out: list[Output] = []
         if listing.generation == self._generation:
@@ -373,20 +380,30 @@ class StreamMachine:
         done_ms: int = 0,
         *,
         first_seq: int = 0,
+        lease_epoch: int | None = None,
     ) -> list[Output]:
         """The runtime carried out a move or creation this machine asked for; `mark_delete`
         is the subscription's position as the runtime read it back (below `ack_floor` when
         the runtime left a consumer alone that had delivered up to it already), at `done_ms`
-        on the machine's clock (0: not known), and `first_seq` the read stream's first
+        on the machine's clock (0: not known), `first_seq` the read stream's first
         sequence read after it (0: not known): a purge or the stream's limits move the floor
-        to `first_seq - 1` at most, which is no consumption (docs/protocol.md §8)."""
+        to `first_seq - 1` at most, which is no consumption (docs/protocol.md §8), and
+        `lease_epoch` the epoch this replica's lease held when the position was read back
+        (0: none; None: not known; the runtime carries an action out only under the
+        machine's epoch, so the same one then held throughout)."""
         sub = self._subs.get(action.subscription)
         if sub is None:
             return []
         sub.moving = False
         sub.exists = True
         self._first_seq = max(self._first_seq, first_seq)
-        if self._leader and not self._away(done_ms) and self._consumed_here(sub, mark_delete):
+        if (
+            self._leader
+            and self._baseline_held
+            and self._held(lease_epoch)
+            and not self._away(done_ms)
+            and self._consumed_here(sub, mark_delete)
+        ):
             # Read back beyond the move's target over data: its consumers passed it while
             # the move was under way (taken as is, the next read would not see it).
             self._signed(sub)
@@ -457,6 +474,7 @@ class StreamMachine:
         self._pending = None
         self._next_start_ms = self._now
         self._first_listing = True
+        self._baseline_held = False
         self._want_read(ReadReason.LEADERSHIP)
         out: list[Output] = []
         for name, sub in self._subs.items():
@@ -471,6 +489,7 @@ class StreamMachine:
         self._leader = False
         self._pending = None
         self._first_listing = False
+        self._baseline_held = False
         self._return = None
         self._owed.clear()
         return []
@@ -1158,6 +1177,15 @@ class StreamMachine:
         if position <= before or not sub.info.replicated or before < self._index.trimmed_through:
             return False
         return self._index.vector_at(position) != self._index.vector_at(before)
+
+    def _held(self, lease_epoch: int | None) -> bool:
+        """Whether this replica's lease held the machine's epoch throughout an observation
+        (`lease_epoch`; None: not known). While one epoch holds, no other replica of the
+        region leads (a lease lapsed is lost, and taken again only under a higher epoch), so
+        what moved the durables meanwhile is this machine's moves or its consumers (`make
+        soak` seed 702622929322: a replica woken after its lease lapsed, ticked before it
+        heard of the loss, read another replica's moves)."""
+        return lease_epoch is None or lease_epoch == self._epoch
 
     def _away(self, observed_ms: int) -> bool:
         """Whether a position observed at `observed_ms` (0: not known) came a lease's time or

@@ -68,7 +68,9 @@ class StreamDriver:
         machine_factory: type[StreamMachine] = StreamMachine,
     ) -> None:
         self.vs = vs
-        self.subscriptions = LocalSubscriptions(vs, handles.region, handles.clock)
+        self.subscriptions = LocalSubscriptions(
+            vs, handles.region, handles.clock, partial(handles.lease_epoch, vs.name)
+        )
         self.observer = StreamObserver(vs.name, metrics, handles.clock)
         self.machine: StreamMachine | None = None
         """None until `rebuild` is done; only `drive` calls its input methods after that."""
@@ -233,6 +235,7 @@ class StreamDriver:
                         read_back.mark_delete,
                         self._handles.clock(),
                         first_seq=read_back.first_seq,
+                        lease_epoch=self._handles.lease_epoch(self.vs.name),
                     )
                     outputs.extend(done)
 

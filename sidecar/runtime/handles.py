@@ -48,6 +48,11 @@ class RegionHandles:
         """Whether this replica leads `stream` now (its shard's lease)."""
         return self.leases is not None and self.leases.for_stream(stream).is_leader
 
+    def lease_epoch(self, stream: str) -> int:
+        """The epoch under which this replica leads `stream` now (its shard's lease), 0 when
+        it does not."""
+        return 0 if self.leases is None else self.leases.for_stream(stream).epoch
+
     def leads_with(self, stream: str, epoch: int) -> bool:
         """Whether this replica leads `stream` now, under `epoch` (its shard's lease)."""
         if self.leases is None:

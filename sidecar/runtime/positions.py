@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sidecar.naming import VirtualStream
 from sidecar.nats import consumers
@@ -22,12 +22,16 @@ class LocalSubscriptions:
     `read` lists them for the machine (`PositionsListing`); the API backend answers from the
     same last read (which subscription is a durable, when positions were last read), and a
     cursor commit records the stored value at once (`cursor_stored`, `listing`).
+    `lease_epoch` says under which epoch this replica leads the stream now (0: it does not).
     """
 
-    def __init__(self, vs: VirtualStream, region: str, clock: Clock) -> None:
+    def __init__(
+        self, vs: VirtualStream, region: str, clock: Clock, lease_epoch: Callable[[], int]
+    ) -> None:
         read_stream = vs.read_stream(region)
         self._vs = vs
         self._clock = clock
+        self._lease_epoch = lease_epoch
         self._reader = consumers.PositionReader(read_stream, marker_filter=vs.marker_filter())
         self._cursor_positions = EffectivePositions(read_stream)
         self._data = (vs.data_filter(),)  # what a cursor's reader delivers
@@ -48,6 +52,7 @@ class LocalSubscriptions:
     ) -> PositionsListing:
         """Read everything again: the subscriptions, and the mark-delete positions of the
         replicated ones. `generation` is the machine's when the read begins."""
+        epoch = self._lease_epoch()  # held from here to the end, or 0 (`lease_epoch`)
         read = await self._reader.read(port)
         self.cursors = await store.load(self._vs.name)
         # `read.last_seq` was read before the scan after the cursors, as it must be.
@@ -66,6 +71,8 @@ class LocalSubscriptions:
         self.last_seq = read.last_seq
         self.receiving_markers = read.receiving_markers
         self.read_ms = self._clock()
+        if self._lease_epoch() != epoch:
+            epoch = 0
         # A position follows the end when an external cursor has it (markers after it count
         # as consumed) or a replicated durable stands at `last_seq` (nothing pending, or only
         # what it does not deliver after its floor).
@@ -90,6 +97,7 @@ class LocalSubscriptions:
             read.first_seq,
             self.read_ms,
             stream_age_ms=None if created is None else max(0, self.read_ms - created),
+            lease_epoch=epoch,
         )
         return self._last
 
@@ -108,6 +116,7 @@ class LocalSubscriptions:
             last.first_seq,
             last.read_ms,
             stream_age_ms=last.stream_age_ms,
+            lease_epoch=last.lease_epoch,
         )
 
     def cursor_stored(self, subscription: str, value: int) -> int:

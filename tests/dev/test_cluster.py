@@ -128,7 +128,8 @@ async def gateway_peers(cluster: LocalSuperCluster, region: str) -> tuple[set[st
     return set(gatewayz["outbound_gateways"]), set(gatewayz["inbound_gateways"])
 
 
-async def test_cut_link_partitions_and_restore_resumes(cluster3: LocalSuperCluster) -> None:
+async def test_cut_link_partitions_and_restore_resumes(make_cluster: ClusterFactory) -> None:
+    cluster3 = await make_cluster(["west", "central", "east"])  # proxied links
     await make_sourced_pair(cluster3, "west", "east")
     await publish(cluster3, "west", 5)
     async with connect(cluster3, "east") as east:
@@ -152,7 +153,8 @@ async def test_cut_link_partitions_and_restore_resumes(cluster3: LocalSuperClust
     assert outbound == inbound == {"central", "east"}
 
 
-async def test_link_delay_slows_but_delivers(cluster2: LocalSuperCluster) -> None:
+async def test_link_delay_slows_but_delivers(make_cluster: ClusterFactory) -> None:
+    cluster2 = await make_cluster(["west", "east"])  # proxied links
     delay_s = 0.3
     async with connect(cluster2, "west") as west, connect(cluster2, "east") as east:
 

@@ -338,3 +338,71 @@ def test_what_a_machine_sees_a_lease_after_it_last_heard_the_clock_is_no_sign() 
     m.tick(2_000 + lease)
     m.read_done(PositionsListing(m.generation, SUBS, {"d": 10}, 13, False, read_ms=2_100 + lease))
     assert consumed_in(m) == ("a",)
+
+
+def test_a_read_not_wholly_under_the_machines_epoch_is_no_sign() -> None:
+    """A replica frozen past its lease wakes still leading in its machine; its loop ticks
+    the machine and reads positions before its lease loop reports the loss, while another
+    replica of the region has led and moved the durable (`make soak` seed 702622929322:
+    four resets taken for the region's consumption). Its lease no longer held the epoch
+    over that read (`PositionsListing.lease_epoch` 0), so it is no sign, and no baseline
+    either: what the next held read sees is measured from there."""
+    m = machine()  # epoch 1, its first read (no lease epoch given) the baseline
+    m.tick(2_000)
+    held = PositionsListing(m.generation, SUBS, {"d": 2}, 13, False, lease_epoch=1)
+    (update,) = updates(m.read_done(held))
+    assert update.consuming and consumed_in(m) == ("a",)
+    m.tick(2_000 + WINDOW_MS)  # frozen; its clock heard again just before the read
+    assert consumed_in(m) == ()
+    lapsed = PositionsListing(m.generation, SUBS, {"d": 8}, 13, False, lease_epoch=0)
+    assert not any(u.consuming for u in updates(m.read_done(lapsed)))
+    assert consumed_in(m) == ()
+    taken_again = PositionsListing(m.generation, SUBS, {"d": 9}, 13, False, lease_epoch=2)
+    m.read_done(taken_again)  # under another epoch than the machine's: neither
+    assert consumed_in(m) == ()
+    m.tick(3_000 + WINDOW_MS)
+    m.read_done(PositionsListing(m.generation, SUBS, {"d": 9}, 13, False, lease_epoch=1))
+    assert consumed_in(m) == (), "the first held read after a lapse is a baseline"
+    m.tick(4_000 + WINDOW_MS)
+    m.read_done(PositionsListing(m.generation, SUBS, {"d": 10}, 13, False, lease_epoch=1))
+    assert consumed_in(m) == ("a",)
+
+
+def test_a_leaders_first_read_begun_before_it_led_is_no_baseline() -> None:
+    """A read begun as a follower and done once the replica leads may have seen the durable
+    before the last move of the leader before it: measured from it, the next read would
+    take that move for consumption. Only a read wholly under the epoch is a baseline."""
+    m = StreamMachine(MachineConfig("a", STREAM, ("a", "b"), interval_ms=INTERVAL_MS))
+    m.tick(1_000)
+    m.data_indexed([DataEntry(seq, "a", seq) for seq in range(1, 11)])
+    read(m, 0, 1_000)
+    m.became_leader(3)
+    m.tick(2_000)
+    m.read_done(PositionsListing(m.generation, SUBS, {"d": 2}, 13, False, lease_epoch=0))
+    m.tick(3_000)
+    m.read_done(PositionsListing(m.generation, SUBS, {"d": 6}, 13, False, lease_epoch=3))
+    assert consumed_in(m) == ()
+    m.tick(4_000)
+    m.read_done(PositionsListing(m.generation, SUBS, {"d": 7}, 13, False, lease_epoch=3))
+    assert consumed_in(m) == ("a",)
+
+
+def test_a_moves_outcome_read_back_after_the_lease_lapsed_is_no_sign() -> None:
+    """A move's outcome read back beyond its target is a sign only when the lease still held
+    the machine's epoch then: after a pause shorter than the lease (so the machine's clock
+    shows no lease's gap) that outlasted its validity, another replica may have moved it."""
+    m = machine()
+    m.marker_seen(
+        11,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 5}, 5)),
+    )
+    (move,) = [o for o in read(m, 0, 2_000) if isinstance(o, MoveConsumer)]
+    m.action_done(move, 8, done_ms=2_500, lease_epoch=0)
+    assert consumed_in(m) == ()
+    m.marker_seen(
+        12,
+        Marker("b", STREAM, 1, Update("d", SUBS["d"].kind, None, 0, {}, b"cfg", {"a": 9}, 9)),
+    )
+    (move,) = [o for o in read(m, 8, 3_000) if isinstance(o, MoveConsumer)]
+    m.action_done(move, 10, done_ms=3_100, lease_epoch=1)
+    assert consumed_in(m) == ("a",)

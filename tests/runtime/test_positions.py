@@ -11,9 +11,11 @@ showed the same kind of stateless answer from `CONSUMER.INFO`.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import nats
 import pytest
+from nats.aio.client import Client
 from nats.js import api
 
 from rsub_dev.cluster import ClusterFactory
@@ -33,6 +35,22 @@ from sidecar.runtime.positions import LocalSubscriptions
 pytestmark = pytest.mark.integration
 
 VS = VirtualStream("orders", ("west",))
+
+
+async def test_a_listing_names_the_lease_epoch_held_from_its_start_to_its_end(
+    nc: Client,
+) -> None:
+    """The machine takes a consumption sign only from a read made wholly under its epoch
+    (docs/protocol.md §8): a lease lost or taken again during the read gives 0."""
+    js = nc.jetstream()
+    await js.add_stream(name=VS.read_stream("west"), subjects=[VS.data_filter()])
+    await js.create_key_value(bucket="cursors")
+    store = CursorStore(await js.key_value("cursors"))
+    for asked, epoch in [((7, 7), 7), ((7, 9), 0), ((0, 7), 0), ((7, 0), 0), ((0, 0), 0)]:
+        subscriptions = LocalSubscriptions(VS, "west", wall_clock_ms, partial(next, iter(asked)))
+        listing = await subscriptions.read(NatsPort(nc), store, 0)
+        assert listing.lease_epoch == epoch, asked
+        assert subscriptions.listing({}).lease_epoch == epoch  # a cursor commit's
 
 
 async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_position(
@@ -57,7 +75,7 @@ async def test_a_durable_whose_servers_are_all_down_keeps_its_last_read_and_no_p
         for msg in await sub.fetch(5, timeout=5):
             await msg.ack_sync()
         await js.create_key_value(bucket="cursors", replicas=3)
-        subscriptions = LocalSubscriptions(VS, "west", wall_clock_ms)
+        subscriptions = LocalSubscriptions(VS, "west", wall_clock_ms, lambda: 0)
         store = CursorStore(await js.key_value("cursors"))
         assert (await subscriptions.read(NatsPort(nc), store, 0)).positions == {"app0": 5}
         known = subscriptions.durables["app0"]
@@ -105,7 +123,7 @@ async def test_a_fresh_read_stream_with_a_region_down_holds_nothing(
             metadata={"rsub.replicate": "true"},
         )
         await js.create_key_value(bucket="cursors", replicas=3)
-        subscriptions = LocalSubscriptions(vs, "west", wall_clock_ms)
+        subscriptions = LocalSubscriptions(vs, "west", wall_clock_ms, lambda: 0)
         store = CursorStore(await js.key_value("cursors"))
         listing = await subscriptions.read(NatsPort(nc), store, 0)
     finally:

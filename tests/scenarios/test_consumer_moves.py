@@ -12,7 +12,7 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from rsub_dev.cluster import ClusterFactory
+from rsub_dev.cluster import LocalSuperCluster
 from sidecar.nats.consumers import move_forward
 from sidecar.nats.nats_port import NatsPort
 
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 async def test_moving_forward_does_not_rewind_what_was_delivered(
-    make_cluster: ClusterFactory,
+    cluster2: LocalSuperCluster,
 ) -> None:
-    cluster = await make_cluster(["west", "east"])
+    cluster = cluster2
     nc = await nats.connect(cluster.servers("west"))
     try:
         js = nc.jetstream()

@@ -24,7 +24,7 @@ from functools import partial
 
 import pytest
 
-from rsub_dev.cluster import ClusterFactory
+from rsub_dev.cluster import ClusterFactory, LocalSuperCluster
 from rsub_dev.failback import DURABLE, STREAM, FailbackOutcome, FailbackRun, failback
 from rsub_dev.sidecars import RegionSidecars, wait_until
 from rsub_dev.workload import Workload
@@ -134,9 +134,9 @@ async def vector_sent(runtime: Runtime) -> bool:
 
 @pytest.mark.timeout(120)
 async def test_a_sidecar_restart_in_a_healthy_region_holds_nothing(
-    make_cluster: ClusterFactory,
+    cluster2: LocalSuperCluster,
 ) -> None:
-    cluster = await make_cluster(["west", "east"])
+    cluster = cluster2
     vs = VirtualStream(STREAM, tuple(cluster.regions))
     async with (
         RegionSidecars(

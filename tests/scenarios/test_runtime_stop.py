@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from rsub_dev.cluster import ClusterFactory
+from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars
 
 pytestmark = pytest.mark.integration
 
 
-async def test_stop_after_the_region_died_does_not_raise(make_cluster: ClusterFactory) -> None:
-    cluster = await make_cluster(["west", "east"])
+async def test_stop_after_the_region_died_does_not_raise(cluster2: LocalSuperCluster) -> None:
+    cluster = cluster2
     async with RegionSidecars(cluster, interval_ms=200, timeout_s=3) as sidecars:
         west = sidecars["west"]
         await cluster.stop_region("west")

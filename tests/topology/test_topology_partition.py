@@ -7,7 +7,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from rsub_dev.cluster import LocalSuperCluster
+from rsub_dev.cluster import ClusterFactory
 from rsub_dev.sidecars import wait_until
 from sidecar.naming import VirtualStream
 from sidecar.nats.topology import apply_topology
@@ -28,7 +28,8 @@ async def wait_total(nc: Client, stream: str, total: int, deadline_s: float) -> 
     await wait_until(full, f"{stream} to hold {total} messages", deadline_s, poll_s=0.5)
 
 
-async def test_cut_link_then_restore_converges(cluster3: LocalSuperCluster) -> None:
+async def test_cut_link_then_restore_converges(make_cluster: ClusterFactory) -> None:
+    cluster3 = await make_cluster(["west", "central", "east"])  # proxied links
     vs = VirtualStream("evt", ("west", "central", "east"))
     ncs = {r: await nats.connect(cluster3.servers(r)) for r in vs.regions}
     try:

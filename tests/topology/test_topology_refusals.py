@@ -116,9 +116,17 @@ async def api(nc: Client, op: str, body: dict[str, Any] | None = None) -> dict[s
     return result
 
 
-async def all_configs(nc: Client) -> dict[str, Any]:
-    names = (await api(nc, "STREAM.NAMES")).get("streams") or []
-    return {n: (await api(nc, f"STREAM.INFO.{n}"))["config"] for n in names}
+async def all_configs(nc: Client, *, including: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every stream's configuration, once the listing shows `including` (a stream just created
+    in another cluster of the super-cluster may be missing from it for a moment)."""
+    listed: list[str] = []
+
+    async def complete() -> bool:
+        listed[:] = (await api(nc, "STREAM.NAMES")).get("streams") or []
+        return set(including) <= set(listed)
+
+    await wait_until(complete, f"streams {including} listed", timeout_s=10)
+    return {n: (await api(nc, f"STREAM.INFO.{n}"))["config"] for n in listed}
 
 
 async def test_refusals_name_stream_and_field_and_change_nothing(nc: Client) -> None:
@@ -126,7 +134,7 @@ async def test_refusals_name_stream_and_field_and_change_nothing(nc: Client) -> 
         for cfg in streams:
             created = await api(nc, f"STREAM.CREATE.{cfg['name']}", cfg)
             assert "error" not in created, (label, created)
-        before = await all_configs(nc)
+        before = await all_configs(nc, including=tuple(cfg["name"] for cfg in streams))
         with pytest.raises(TopologyConflict, match=f"^stream '{stream}', {pattern}") as err:
             await apply_topology(nc, VS)
         assert err.value.stream == stream, label

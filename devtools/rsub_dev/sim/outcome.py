@@ -79,7 +79,11 @@ class LoopWorld(Generic[P]):
         raise NotImplementedError
 
     def run(self) -> SimResult[P]:
-        loop = looptime.new_event_loop(start=0)
+        # No no-op cycles before time moves (looptime's default is 42): nothing outside the
+        # loop (no socket, no thread) can wake a world, so those cycles only spun the loop,
+        # 88 % of its turns and half the CPU of a run, for the same runs (checked equal,
+        # trace and counts, over soak seeds and the test files' pinned seeds).
+        loop = looptime.new_event_loop(start=0, noop_cycles=0)
         try:
             # What the real code logs is its business, not the run's report.
             with structlog.testing.capture_logs():

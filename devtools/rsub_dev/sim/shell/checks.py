@@ -349,6 +349,8 @@ class Replica:
         self._owed: dict[str, tuple[SubscriptionAction, int, int]] = {}
         """Per subscription: a move or creation told failed, the user's changes then, and
         the current reads its machine applied since without asking for it again."""
+        self.updated: set[str] = set()
+        """The subscriptions an update fed to its machine named."""
 
     def stale(self) -> bool:
         """Whether the user changed a durable in its region since its machine last read
@@ -421,6 +423,8 @@ def checked(factory: type[StreamMachine], replica: Replica) -> type[StreamMachin
             outputs: list[Output] = method(machine, *args, **kwargs)
             if name == "marker_seen":
                 replica.fencing.fed(machine, args[1], outputs)
+                if isinstance(args[1].body, Update):
+                    replica.updated.add(args[1].body.subscription)
             replica.asked(machine, outputs)
             if name == "action_failed":
                 replica.failed(machine, args[0])

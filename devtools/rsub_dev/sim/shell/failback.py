@@ -196,10 +196,11 @@ class Failback:
                 done_ms: int = 0,
                 *,
                 first_seq: int = 0,
+                lease_epoch: int | None = None,
             ) -> list[Output]:
                 signs = checks._signs(self)
                 out: list[Output] = super().action_done(
-                    action, mark_delete, done_ms, first_seq=first_seq
+                    action, mark_delete, done_ms, first_seq=first_seq, lease_epoch=lease_epoch
                 )
                 checks._signed(self, signs)
                 return out
