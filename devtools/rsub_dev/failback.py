@@ -29,6 +29,7 @@ from nats.errors import Error as NatsError
 
 from rsub_dev.cluster import LocalSuperCluster
 from rsub_dev.sidecars import RegionSidecars, durable_config, wait_until
+from rsub_dev.sim.shell.params import MOVE_PAUSE_MS
 from rsub_dev.workload import (
     Workload,
     close_quietly,
@@ -37,6 +38,7 @@ from rsub_dev.workload import (
     wait_settled,
 )
 from sidecar.naming import VirtualStream
+from sidecar.nats import jsapi
 from sidecar.runtime import Runtime
 from sidecar.runtime.errors import NotFound
 
@@ -98,6 +100,10 @@ class FailbackOutcome:
     """Those of `duplicates` that reached `home`'s read stream after the return and were
     delivered before the first message consumed nowhere: the covered run after the durable's
     position, which the guard is to skip (docs/protocol.md §7, Claim 3)."""
+    covered_after_hold: int | None
+    """Those of `leading_duplicates` delivered once the guard's hold was seen (None: no hold
+    seen): none, by Claim 3. The others came before the hold landed, which starts only at the
+    first listing of the sidecar's new leader (a source that resumed before it)."""
     other_duplicates: int
     """Every other delivery of a message delivered before (in either region)."""
     lost: int
@@ -111,6 +117,9 @@ class FailbackOutcome:
     """From the restart of `home`'s servers to its JetStream answering for the durable."""
     sidecar_ready_s: float
     """From the restart of `home`'s servers to its sidecar ready."""
+    held_s: float | None
+    """From the restart of `home`'s servers to the guard's hold of the durable seen there
+    (None: not seen)."""
     sources_heard_s: dict[str, float | None]
     """Per other region: from the restart to `home`'s read stream hearing from it again
     (`STREAM.INFO` `sources[].active` no longer -1; None: not by the end)."""
@@ -158,6 +167,28 @@ class _SourcesWatch:
                     if origin in self.heard and self.heard[origin] is None and active >= 0:
                         self.heard[origin] = time.monotonic() - self._since
             await asyncio.sleep(_SOURCES_POLL_S)
+
+
+class _HoldWatch:
+    """When the guard's hold of the durable in `region` is first seen: `CONSUMER.INFO` says
+    paused, with more remaining than the pause a move takes (`consumers.move_forward`)."""
+
+    def __init__(self, nc: Client, vs: VirtualStream, region: str, since: float) -> None:
+        self.held_s: float | None = None
+        self._nc, self._op, self._since = (
+            nc,
+            f"CONSUMER.INFO.{vs.read_stream(region)}.{DURABLE}",
+            since,
+        )
+
+    async def run(self) -> None:
+        while self.held_s is None:
+            with contextlib.suppress(NatsError, TimeoutError):
+                info = await jsapi.request(self._nc, self._op, timeout_s=_STEP_TIMEOUT_S)
+                remaining_ms = int(info.get("pause_remaining") or 0) // 1_000_000
+                if info.get("paused") and remaining_ms > MOVE_PAUSE_MS:
+                    self.held_s = time.monotonic() - self._since
+            await asyncio.sleep(_POLL_S)
 
 
 async def failback(
@@ -227,6 +258,8 @@ async def failback(
 
             await wait_until(answers, f"{home}'s JetStream", _STEP_TIMEOUT_S, poll_s=_POLL_S)
             answered_s = time.monotonic() - restarted
+            hold = _HoldWatch(nc, vs, home, restarted)
+            holding = asyncio.create_task(hold.run())
             work.consume_in(nc, home)
             watch = _SourcesWatch(nc, vs, home, restarted)
             watching = asyncio.create_task(watch.run())
@@ -248,9 +281,10 @@ async def failback(
                     await wait_until(drained, "every message consumed", run.drain_timeout_s)
                 await work.stop_consuming()
             finally:
-                watching.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watching
+                for task in (watching, holding):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             holds = {o: _hold(runtime, o) for o in OUTCOMES}
             held = runtime.metrics.registry.get_sample_value(
                 "rsub_failback_held_durables", {"stream": STREAM}
@@ -263,6 +297,10 @@ async def failback(
     new = [d for d in returned if d.stored_unix_ms >= restarted_unix_ms]
     first_new = next((i for i, d in enumerate(new) if d.payload not in consumed_away), len(new))
     duplicates = sum(1 for d in returned if d.payload in consumed_away)
+    held_s = hold.held_s
+    after_hold = (
+        None if held_s is None else sum(1 for d in new[:first_new] if d.at - restarted >= held_s)
+    )
     return FailbackOutcome(
         run=run,
         published=len(expected),
@@ -270,12 +308,14 @@ async def failback(
         duplicates=duplicates,
         stale_duplicates=duplicates - sum(1 for d in new if d.payload in consumed_away),
         leading_duplicates=first_new,
+        covered_after_hold=after_hold,
         other_duplicates=consumer.duplicates() - duplicates,
         lost=len(consumer.missing(expected)),
         first_delivery_s=returned[0].at - restarted if returned else None,
         first_new_delivery_s=new[0].at - restarted if new else None,
         answered_s=answered_s,
         sidecar_ready_s=sidecar_ready_s,
+        held_s=held_s,
         sources_heard_s=dict(watch.heard),
         holds=holds,
         held_durables=held or 0.0,

@@ -330,6 +330,7 @@ class StreamMachine:
                 if sub is not None and sub.exists and self._consumed_here(sub, position):
                     self._signed(sub)
         self._baseline_held = held
+        self._place(listing.positions)
         out: list[Output] = []
         if listing.generation == self._generation:
             out = self.subscriptions_changed(listing.subscriptions)
@@ -344,6 +345,18 @@ class StreamMachine:
             out += self._answer_catch_ups()
             out += self._end_holds()
         return out
+
+    def _place(self, positions: Mapping[str, int]) -> None:
+        """The listed positions of the durables the failback guard holds, taken before the
+        listing's set of subscriptions reconciles them. Judged from where its last move left
+        it, a held durable the read lists where the progress called for it once every region
+        answered (its floor followed the read stream's removals past that move) was asked
+        another move and stayed held (`make soak` seed 9746887200, docs/protocol.md §7)."""
+        held = self._return
+        for name in held.held if held is not None else ():
+            sub, position = self._subs.get(name), positions.get(name)
+            if sub is not None and sub.exists and position is not None:
+                sub.mark_delete = position
 
     def marker_read(self, stored: StoredMarker, now_ms: int) -> list[Output]:
         """A message read from this region's read stream on the marker subjects (tail order),

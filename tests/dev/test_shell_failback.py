@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -714,17 +714,38 @@ def test_seed_57639939165_still_catches_a_guard_that_does_not_wait(
     assert result.violation is not None and result.violation.startswith("failback safety:")
 
 
-@pytest.mark.xfail(strict=True, reason="found by make soak, not triaged yet: see the docstring")
 def test_soak_seed_9746887200_a_held_durable_is_released_in_the_window() -> None:
     """Found by `make soak SECONDS=300` (seed 9746887200, as it draws it) at the end of the
     fourth round on 2026-11-27, and the same at 8202109 (that round's start): three regions,
     a quiet return of r0 at 5,455 ms, intervals of 100 ms, requests delayed up to 40 ms,
-    30 % of actions failing, freezes, read streams keeping messages 2,075 ms, three durables.
-    `app-1` held in r0 from 9,418 ms, sourcing with every region resumed at 11,264 ms, and at
-    15,370 ms it was still held, past the check's window (`app` was released at 15,354 ms).
-    Not triaged yet (failing actions delaying the release, or the window)."""
+    read streams keeping messages 2,075 ms, three durables. r0's guard held them from
+    9,354 ms, sourcing with every region resumed at 11,264 ms, and at 15,370 ms `app-1` was
+    still held, past the check's window (4,070 ms). A product bug, triaged from the trace:
+    once every region answered (the read of 13,828 ms), each durable was moved and noted
+    where the progress called for it; `app-2`'s move was left alone (none of its messages
+    before its target, the read stream's age limit had removed them) and read back short
+    of it, the next read (14,944 ms) listed it past that point, but the machine reconciled
+    the listing's subscriptions from where the move had left it, before taking the listed
+    positions: it asked another move, so `app-2` stayed held, and the releases of `app` and
+    `app-1`, behind that move, landed past the window. A held durable's listed position is now
+    taken before the listing's subscriptions are reconciled (`StreamMachine._place`,
+    docs/protocol.md §7): released by 15,247 ms. `ReconcilesFromTheLastRead`, the old order, is caught here."""
     result = run_shell(9746887200)
     assert result.violation is None, result.report()
+
+
+class ReconcilesFromTheLastRead(StreamMachine):
+    """The machine before seed 9746887200: a listing's held durables reconciled from where
+    the read before (or a move's outcome) left them, their positions taken only after."""
+
+    def _place(self, positions: Mapping[str, int]) -> None:
+        pass
+
+
+def test_seed_9746887200_catches_a_listing_reconciled_from_the_read_before() -> None:
+    result = run_shell(9746887200, machine_factory=ReconcilesFromTheLastRead)
+    assert result.violation is not None
+    assert result.violation.startswith("failback liveness:"), result.report()
 
 
 def test_soak_seed_566985388639_the_release_lands_after_the_moves_asked_first() -> None:

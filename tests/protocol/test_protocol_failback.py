@@ -278,6 +278,25 @@ def test_an_update_applied_once_the_durable_reached_the_progress_is_carried_out_
     assert actions == [MoveConsumer("d", 12), ReleaseConsumer("d")] and a.held == 0
 
 
+def test_a_durable_listed_where_the_progress_called_for_it_is_released_without_more_moves() -> None:
+    """The move asked once every region answered was left alone (none of the durable's
+    messages before its target: the read stream's limits removed them) and read back short
+    of it; the next read lists the durable past them, where the progress called for it.
+    Taken from where the move left it, the read asked for another move (b consumed on),
+    and the durable stayed held past it; taken as listed, it is released at that read, the
+    move the later progress calls for first (`make soak` seed 9746887200: a held durable
+    asked a move at every read, past the liveness window, tests/dev/test_shell_failback.py)."""
+    a = asked_to_reach_the_progress()
+    a.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, 13)])
+    later = Update("d", SubscriptionKind.DURABLE, None, 0, {}, b"cfg-d", {"b": 12}, 12)
+    a.marker_seen(16, Marker("b", STREAM, 1, later))
+    a.action_done(MoveConsumer("d", 10), 4)  # left alone, read back at 4
+    a.interval(1_900, 16)
+    out = a.read_done(listing(a, 10, {"b": 50}))  # its floor followed the removals
+    actions = [o for o in out if isinstance(o, MoveConsumer | ReleaseConsumer)]
+    assert actions == [MoveConsumer("d", 12), ReleaseConsumer("d")] and a.held == 0
+
+
 def test_with_three_regions_every_other_region_must_answer() -> None:
     regions = ("a", "b", "c")
     a = machine("a", regions)
