@@ -1055,9 +1055,12 @@ class StreamMachine:
         return target
 
     def _ready_for_release(self, name: str, sub: _Sub) -> bool:
-        """Held, and where the progress called for it once every region answered."""
+        """Held, and where the progress called for it once every region answered (one
+        released while another stays held is moved again as its updates call for)."""
         held = self._return
-        needed = held.needed.get(name) if held is not None else None
+        if held is None or name not in held.held:
+            return False
+        needed = held.needed.get(name)
         return needed is not None and sub.mark_delete is not None and sub.mark_delete >= needed
 
     def _release(self, names: list[str]) -> list[Output]:

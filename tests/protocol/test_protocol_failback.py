@@ -152,17 +152,25 @@ def answered(consumed: int, a_at: int = 0) -> tuple[StreamMachine, Marker, Marke
     """Region a returned (its durable at `a_at`, held) and asked; b, its durable at
     `consumed` (its own data beyond 10 indexed), published its update, read a's catch-up
     request and answered: a, and b's update and answer, not read by a yet."""
+    a, (update,), response = answered_of(DURABLE, consumed, a_at)
+    return a, update, response
+
+
+def answered_of(
+    subs: Mapping[str, SubscriptionInfo], consumed: int, a_at: int = 0
+) -> tuple[StreamMachine, list[Marker], Marker]:
+    """`answered`, for the durables `subs`: b's updates, one per durable."""
     b = machine("b")
     b.data_indexed([DataEntry(seq, "b", seq) for seq in range(11, consumed + 1)])
-    (update,) = published(lead(b, consumed, {"a": 100}))
+    updates = published(lead(b, consumed, {"a": 100}, subs=subs))
     a = machine("a")
-    lead(a, a_at, SILENT)
+    lead(a, a_at, SILENT, subs=subs)
     request = catch_up_request(a.interval(1_600, 12))
     at = max(13, consumed + 1)
     b.marker_seen(at, request)
     b.interval(1_700, at)
-    (response,) = published(b.read_done(listing(b, consumed, {"a": 100})))
-    return a, update, response
+    (response,) = published(b.read_done(listing(b, consumed, {"a": 100}, subs)))
+    return a, updates, response
 
 
 def test_an_answer_to_a_catch_up_request_follows_the_progress_read_after_it() -> None:
@@ -276,6 +284,31 @@ def test_an_update_applied_once_the_durable_reached_the_progress_is_carried_out_
     out = a.read_done(listing(a, 10, {"b": 50}))
     actions = [o for o in out if isinstance(o, MoveConsumer | ReleaseConsumer)]
     assert actions == [MoveConsumer("d", 12), ReleaseConsumer("d")] and a.held == 0
+
+
+def test_a_durable_released_before_another_is_moved_as_its_updates_call_for() -> None:
+    """Two durables held, both moved once every region answered; d's move done, e's still in
+    flight: the read releases d, not e. b's update naming a's position 12 for d arrives then:
+    d is moved. Before, d was asked no move until e was released too (it counted as at its
+    `_Return.needed` as long as any durable stayed held), and delivered 11 and 12, which b
+    had consumed (found by reading the code, not yet by a seed)."""
+    two = {"d": SubscriptionInfo(config=b"cfg-d"), "e": SubscriptionInfo(config=b"cfg-e")}
+    a, updates, response = answered_of(two, 10)
+    markers_at(a, 11, 12)
+    for seq, update in enumerate(updates, start=13):
+        a.marker_seen(seq, update)
+    a.marker_seen(15, response)
+    a.interval(1_800, 15)
+    out = a.read_done(listing(a, 0, {"b": 50}, two))
+    assert {MoveConsumer("d", 10), MoveConsumer("e", 10)} <= set(out)
+    a.action_done(MoveConsumer("d", 10), 10)
+    a.interval(1_900, 15)
+    out = a.read_done(PositionsListing(a.generation, two, {"d": 10, "e": 0}, 15, False, {"b": 50}))
+    assert ReleaseConsumer("d") in out and ReleaseConsumer("e") not in out and a.held == 1
+    snapshot = SnapshotId("b", 1, 1)
+    later = Update("d", SubscriptionKind.DURABLE, snapshot, 12, {"a": 12}, b"cfg-d")
+    out = a.marker_seen(16, Marker("b", STREAM, 1, later))
+    assert out and MoveConsumer("d", 12) in out, "d is released: moved as its update calls for"
 
 
 def test_a_durable_listed_where_the_progress_called_for_it_is_released_without_more_moves() -> None:
