@@ -5,9 +5,13 @@
 
 Per stream count, one world: two regions, one sidecar each, `--streams` virtual streams with
 10 replicated durables each in the first region (never consumed), the sidecar's default
-settings (1 s interval) and `rsub run`'s GC settings. After the bring-up and `--warmup` simulated seconds, two windows of
-`--seconds` simulated seconds each, idle (no data) then loaded (one message per stream per
-simulated second in the first region, spread over the second):
+settings (1 s interval) and `rsub run`'s GC settings. After the bring-up, before each mode,
+a warm-up of `--warmup` simulated seconds and then until no positions read has waited in
+either sidecar's queue for a whole interval (at most `--drain-limit` more; the loaded
+mode's first data makes every stream read its positions once, which takes 16 readers
+seconds at thousands of streams), then two windows of `--seconds` simulated seconds each,
+idle (no data) then loaded (one message per stream per simulated second in the first
+region, spread over the second):
 
 - CPU: the process's CPU seconds per stream per simulated second (both sidecars and the
   simulator, no profiler);
@@ -39,12 +43,18 @@ from dataclasses import dataclass, field
 
 from rsub_dev.sim.scale import ScaleParams, ScaleWorld
 from sidecar.cli.run import _GC_THRESHOLDS
+from sidecar.config.schema import SnapshotConfig
 from sidecar.logs import configure_logging
 
 _PARTS = ("product", "simulator", "event loop", "bench")
 _LOOP_FILES = ("asyncio/base_events.py", "asyncio/events.py", "selectors.py", "/looptime/")
 
 Func = tuple[str, int, str]
+
+# The sidecars' interval (the scale world runs the default), and how often the warm-up looks
+# at their reads.
+_INTERVAL_S = SnapshotConfig().interval_ms / 1000
+_POLL_S = 0.1
 
 
 def _part(func: Func) -> str | None:
@@ -138,6 +148,25 @@ async def _window(world: ScaleWorld, seconds: float, profiled: bool) -> Window:
     return window
 
 
+async def _warm_up(world: ScaleWorld, warmup: float, limit: float, mode: str) -> None:
+    """`warmup` simulated seconds, then until no sidecar has had a positions read waiting
+    (`IntervalLoop.reads_waiting`) for one whole interval, the time it took printed (at most
+    `limit` simulated seconds more: then it says so)."""
+    await asyncio.sleep(warmup)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    quiet_since = started
+    while loop.time() - quiet_since < _INTERVAL_S:
+        if loop.time() - started >= limit:
+            print(f"  {mode}: reads still waiting after {limit:g} s more", file=sys.stderr)
+            return
+        await asyncio.sleep(_POLL_S)
+        if any(s.intervals is not None and s.intervals.reads_waiting for s in world.sidecars):
+            quiet_since = loop.time()
+    waited = quiet_since - started
+    print(f"  {mode}: reads drained {waited:.1f} s after the warm-up", file=sys.stderr)
+
+
 async def _producer(world: ScaleWorld) -> None:
     """One message per stream per simulated second in the first region, a tenth of the
     streams every 100 ms."""
@@ -147,7 +176,9 @@ async def _producer(world: ScaleWorld) -> None:
         await asyncio.sleep(0.1)
 
 
-def measure(streams: int, seconds: float, warmup: float) -> dict[str, tuple[Window, Window]]:
+def measure(
+    streams: int, seconds: float, warmup: float, drain_limit: float
+) -> dict[str, tuple[Window, Window]]:
     """Per mode (idle, loaded): its unprofiled and its profiled window."""
     windows: dict[str, tuple[Window, Window]] = {}
 
@@ -157,13 +188,13 @@ def measure(streams: int, seconds: float, warmup: float) -> dict[str, tuple[Wind
             f"  {streams} streams brought up in {time.perf_counter() - started:.1f} s",
             file=sys.stderr,
         )
-        await asyncio.sleep(warmup)
+        await _warm_up(world, warmup, drain_limit, "idle")
         windows["idle"] = (
             await _window(world, seconds, False),
             await _window(world, seconds, True),
         )
         producer = asyncio.create_task(_producer(world))
-        await asyncio.sleep(warmup)
+        await _warm_up(world, warmup, drain_limit, "loaded")
         windows["loaded"] = (
             await _window(world, seconds, False),
             await _window(world, seconds, True),
@@ -180,13 +211,16 @@ def main() -> None:
     parser.add_argument("--streams", default="1000,3000,10000")
     parser.add_argument("--seconds", type=float, default=10.0, help="simulated, per window")
     parser.add_argument("--warmup", type=float, default=5.0, help="simulated, before each mode")
+    parser.add_argument(
+        "--drain-limit", type=float, default=60.0, help="simulated, the most waited for reads"
+    )
     parser.add_argument("--profile-top", type=int, default=0)
     args = parser.parse_args()
     # The product logs as `rsub run` does (JSON, info), to nowhere, with its GC settings.
     gc.set_threshold(*_GC_THRESHOLDS)
     configure_logging("json", "info", stream=open(os.devnull, "w"))  # noqa: SIM115
     counts = [int(n) for n in args.streams.split(",")]
-    results = {n: measure(n, args.seconds, args.warmup) for n in counts}
+    results = {n: measure(n, args.seconds, args.warmup, args.drain_limit) for n in counts}
     us = 1e6 / args.seconds
     print(
         f"CPU per stream per simulated second (us), {args.seconds:g} simulated s per window; "

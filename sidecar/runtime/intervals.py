@@ -61,6 +61,11 @@ class IntervalLoop:
         self._interval_s, self._sweep = cadence(interval_ms, sweep_intervals, tick_ms)
         self._queue: asyncio.Queue[StreamDriver] = asyncio.Queue()
 
+    @property
+    def reads_waiting(self) -> int:
+        """Positions reads queued, not yet taken by a reader."""
+        return self._queue.qsize()
+
     async def add(self, driver: StreamDriver) -> None:
         """Take `driver` (rebuilt) into the intervals, its consumer signals followed (the
         port keeps the listeners across reconnects) and its reads queued here."""
@@ -100,7 +105,7 @@ class IntervalLoop:
         now = self._handles.clock()
         for i in range(phase, len(self._drivers), _PHASES):
             self._drivers[i].interval(now, sweep=(i + count) % self._sweep == 0)
-        log.debug("interval", phase=phase, reads_waiting=self._queue.qsize())
+        log.debug("interval", phase=phase, reads_waiting=self.reads_waiting)
 
     async def _reader(self) -> None:
         connection = self._handles.conn

@@ -15,9 +15,10 @@ import os
 import socket
 import uuid
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from nats.errors import Error as NatsError
@@ -61,6 +62,66 @@ _RETRIED = (NatsError, asyncio.TimeoutError, OSError, RuntimeError, TopologyErro
 
 def default_holder() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+async def retrying(
+    what: str, attempt: Callable[[], Awaitable[T]], stopping: Callable[[], bool]
+) -> T:
+    """Run `attempt` until it succeeds, with back-off, every failure logged; once `stopping`,
+    no more (`CancelledError`)."""
+    delay = _RETRY_START_S
+    while not stopping():
+        try:
+            return await attempt()
+        except _RETRIED as err:
+            log.warning("retrying", what=what, error=repr(err), retry_in_s=delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _RETRY_MAX_S)
+    raise asyncio.CancelledError
+
+
+@dataclass
+class StreamStarts:
+    """How a replica starts its streams, one `start` each: the runtime's bring-up and the
+    streams discovery takes up, and the simulation's shell world's sidecars
+    (`rsub_dev.sim.shell.sidecars`), which run this same start path."""
+
+    handles: RegionHandles
+    intervals: IntervalLoop
+    spawn: Callable[[str, Coroutine[Any, Any, None], str], None]
+    """Runs one of a stream's loops in a task the replica's stop ends (stream, loop, name)."""
+    stopping: Callable[[], bool] = lambda: False
+    """Whether the replica stops (then no more retries)."""
+    rebuilds: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(REBUILDS_IN_FLIGHT)
+    )
+    """Held by a stream's rebuild and the subscription of its signals (and the root's
+    topology checks)."""
+
+    async def start(self, driver: StreamDriver) -> None:
+        """Rebuild one stream's machine, then run its loops and subscribe its consumer
+        signals (`REBUILDS_IN_FLIGHT` streams at once, each step retried until done); return
+        once its tails follow the read stream: from then on it counts as rebuilt."""
+        name, clock = driver.vs.name, self.handles.clock
+        async with self.rebuilds:
+            await retrying(f"rebuild {name}", driver.rebuild, self.stopping)
+            self.spawn(name, driver.drive(), f"drive-{name}")
+            self.spawn(name, driver.tails.markers(), f"tail-{name}")
+            # The data tail runs with progress off too: new data is what starts a snapshot.
+            self.spawn(name, driver.tails.origins(), f"index-{name}")
+            subscribing = clock()
+            add = partial(self.intervals.add, driver)
+            await retrying(f"consumer signals {name}", add, self.stopping)
+            signalled = clock()
+        # Rebuilt once its tails follow the read stream (out of the rebuilds' slots: a tail
+        # the server keeps refusing holds none while it keeps its stream rebuilding).
+        await driver.tails.opened()
+        log.info(
+            "stream_running",
+            stream=name,
+            signals_ms=signalled - subscribing,
+            tails_ms=clock() - signalled,
+        )
 
 
 def machine_config(config: Config, vs: VirtualStream) -> MachineConfig:
@@ -136,7 +197,9 @@ class Runtime:
             if config.discovery.enabled
             else None
         )
-        self._rebuilds = asyncio.Semaphore(REBUILDS_IN_FLIGHT)
+        self._starts = StreamStarts(
+            handles, self._intervals, self._spawn_loop, lambda: self._stopping
+        )
         self._stopping = False
         self._ready = asyncio.Event()
         self._failed = asyncio.Event()
@@ -255,16 +318,8 @@ class Runtime:
         return task
 
     async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Run `attempt` until it succeeds, with back-off; every failure is logged."""
-        delay = _RETRY_START_S
-        while not self._stopping:
-            try:
-                return await attempt()
-            except _RETRIED as err:
-                log.warning("retrying", what=what, error=repr(err), retry_in_s=delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _RETRY_MAX_S)
-        raise asyncio.CancelledError
+        """Run `attempt` until it succeeds or the runtime stops (`retrying`)."""
+        return await retrying(what, attempt, lambda: self._stopping)
 
     # ---- bring-up -----------------------------------------------------------------------
 
@@ -336,30 +391,15 @@ class Runtime:
         return start
 
     async def _start_stream(self, driver: StreamDriver) -> None:
-        """Rebuild one stream's machine, then run its loops (bring-up, and each stream
-        discovery takes up); `REBUILDS_IN_FLIGHT` at once."""
-        name = driver.vs.name
-        async with self._rebuilds:
-            await self._retry(f"rebuild {name}", driver.rebuild)
-            tasks = self._stream_tasks.setdefault(name, [])
-            tasks.append(self._spawn(driver.drive(), f"drive-{name}"))
-            tasks.append(self._spawn(driver.tails.markers(), f"tail-{name}"))
-            # The data tail runs with progress off too: new data is what starts a snapshot.
-            tasks.append(self._spawn(driver.tails.origins(), f"index-{name}"))
-            subscribing = self._handles.clock()
-            await self._retry(f"consumer signals {name}", partial(self._intervals.add, driver))
-            signalled = self._handles.clock()
-        # Rebuilt once its tails follow the read stream (out of the rebuilds' slots: a tail
-        # the server keeps refusing holds none while it keeps its stream rebuilding).
-        await driver.tails.opened()
-        self._state.running.add(name)
+        """Start one stream (`StreamStarts.start`: bring-up, and each stream discovery takes
+        up); once it runs, it serves the API."""
+        await self._starts.start(driver)
+        self._state.running.add(driver.vs.name)
         self.metrics.set_streams_rebuilt(len(self._state.running))
-        log.info(
-            "stream_running",
-            stream=name,
-            signals_ms=signalled - subscribing,
-            tails_ms=self._handles.clock() - signalled,
-        )
+
+    def _spawn_loop(self, stream: str, loop: Coroutine[Any, Any, None], name: str) -> None:
+        """Run one of `stream`'s loops in a task of its own (stopping the stream cancels it)."""
+        self._stream_tasks.setdefault(stream, []).append(self._spawn(loop, name))
 
     def _add_stream(self, vs: VirtualStream) -> None:
         """Take up a stream discovery found: its driver joins the API and its shard (with the
@@ -401,7 +441,7 @@ class Runtime:
 
     async def _topology(self, vs: VirtualStream) -> None:
         """Apply `vs`'s topology (retried until it is), `REBUILDS_IN_FLIGHT` at once."""
-        async with self._rebuilds:
+        async with self._starts.rebuilds:
             await self._retry(f"topology {vs.name}", partial(self._apply_stream_topology, vs))
 
     async def _apply_stream_topology(self, vs: VirtualStream) -> None:

@@ -127,6 +127,8 @@ class SimSidecar:
     """The running incarnation's streams (`run`), by name."""
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     starts: int = 0
+    intervals: IntervalLoop | None = None
+    """The running incarnation's interval loop (`run`)."""
 
     @property
     def name(self) -> str:
@@ -166,7 +168,7 @@ class SimSidecar:
             by_shard.setdefault(shard_of(vs.name, shards), []).append(driver)
             await driver.rebuild()
         snapshot = config.snapshot
-        intervals = IntervalLoop(
+        intervals = self.intervals = IntervalLoop(
             handles,
             snapshot.interval_ms,
             snapshot.sweep_intervals,
