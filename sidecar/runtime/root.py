@@ -83,8 +83,9 @@ async def retrying(
 @dataclass
 class StreamStarts:
     """How a replica starts its streams, one `start` each: the runtime's bring-up and the
-    streams discovery takes up, and the simulation's shell world's sidecars
-    (`rsub_dev.sim.shell.sidecars`), which run this same start path."""
+    streams discovery takes up. (The simulation's shell world still wires its streams by
+    itself: running it on this path moves the seeded runs, whose stories must be re-picked
+    first.)"""
 
     handles: RegionHandles
     intervals: IntervalLoop
