@@ -248,7 +248,9 @@ class ShellWorld(LoopWorld[ShellParams]):
                 self.stats["crashes"] += 1
                 await sidecar.stop()
                 await asyncio.sleep(rng.randint(100, 2_000) / 1000)
-                if sidecar.region in self._live:  # not lost meanwhile
+                # Not lost meanwhile, nor out (the outage's end starts it: a second start
+                # ran two incarnations of one replica, make soak seed 352575333335).
+                if sidecar.region in self._live - self._out and not sidecar.tasks:
                     self.note(f"{name} restarts")
                     await self._start(sidecar)
             else:
@@ -283,7 +285,8 @@ class ShellWorld(LoopWorld[ShellParams]):
         self.js.partition(out, cut=False)
         self._out.discard(out)
         for sidecar in stopped:
-            await self._start(sidecar)
+            if not sidecar.tasks:  # one crashed before the outage may have restarted since
+                await self._start(sidecar)
 
     async def _vector_liveness(self) -> None:
         """Vector liveness, from an outage on (the rest of the run is calm), for each
@@ -378,6 +381,8 @@ class ShellWorld(LoopWorld[ShellParams]):
             self.failback.checking()
 
     async def _start(self, sidecar: Sidecar) -> None:
+        # Two incarnations of one replica at once is a bug of the world (seed 352575333335).
+        assert not sidecar.tasks, f"{sidecar.name} started while it runs"
         await sidecar.start(self.vs, self.p, self.driver_factory, self.machine_factory, self)
 
     async def _main(self) -> None:
