@@ -2,8 +2,8 @@
 
 Every fixture here starts real nats-server processes under `tmp_path`, returns only once
 every server is JetStream-ready (meta leader elected, gateways connected), and stops them
-all at teardown, except the shared ones. A super-cluster takes 6-10 s to start here, most of it
-the meta leader's first election.
+all at teardown, except the shared ones (a super-cluster takes seconds to start, most of it
+the meta leader's first election: docs/benchmarks.md, "Local super-cluster start-up").
 
 - `cluster3`: regions `west`, `central`, `east`, one server each; `cluster2`: regions `west`,
   `east`. Both shared by the tests of one worker, one test at a time (`cluster_pool`,

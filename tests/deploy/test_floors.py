@@ -99,6 +99,6 @@ def test_the_product_runs_with_every_direct_dependency_at_its_floor(tmp_path: Pa
         out = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SMOKE])
         print(f"at the floors: {out.strip().splitlines()[-1]}")
     finally:
-        # pyspark comes only as an sdist: each run's build left some 0.5 GB in uv's cache
-        # that no later run used (18.4 GiB after a few dozen runs); drop what nothing names.
+        # pyspark comes only as an sdist: each run's build left in uv's cache what no later
+        # run used (docs/benchmarks.md, "The test suite"); drop what nothing names.
         run([uv, "cache", "prune", "--quiet"])

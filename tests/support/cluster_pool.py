@@ -1,7 +1,7 @@
 """Super-clusters shared by the tests of one pytest process (an xdist worker), one test at a
-time: a super-cluster takes 6-10 s to start on this machine, most of it the JetStream meta
-leader's first election, a raft timer no setting shortens, and most tests only add streams
-to one. A cluster comes back to the pool clean (every stream deleted) and only if the test
+time: a super-cluster takes seconds to start, most of it the JetStream meta leader's first
+election, a raft timer no setting shortens (docs/benchmarks.md, "Local super-cluster
+start-up"), and most tests only add streams to one. A cluster comes back to the pool clean (every stream deleted) and only if the test
 left it as it found it: every server running, their configuration files unchanged (a test
 that reloads users changes them). Otherwise it is stopped, and the next test gets a new one.
 

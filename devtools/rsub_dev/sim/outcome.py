@@ -80,9 +80,8 @@ class LoopWorld(Generic[P]):
 
     def run(self) -> SimResult[P]:
         # No no-op cycles before time moves (looptime's default is 42): nothing outside the
-        # loop (no socket, no thread) can wake a world, so those cycles only spun the loop,
-        # 88 % of its turns and half the CPU of a run, for the same runs (checked equal,
-        # trace and counts, over soak seeds and the test files' pinned seeds).
+        # loop (no socket, no thread) can wake a world, so those cycles only spun the loop
+        # and the runs stay the same (what it saves: docs/simulation.md, its speed figures).
         loop = looptime.new_event_loop(start=0, noop_cycles=0)
         try:
             # What the real code logs is its business, not the run's report.
