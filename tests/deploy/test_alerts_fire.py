@@ -84,10 +84,14 @@ DURABLE = "app"
 # A durable consumed in west only to make an exposure in east (links scenario).
 EXPOSED = "exposed"
 EXPOSURE_BURST = 10
-# The chart's thresholds at the scenarios' scale (snapshots every 0.2 s, timeout 3 s).
+# The chart's thresholds at the scenarios' scale (snapshots every 0.2 s, timeout 3 s; the
+# links scenario's 10 s). A snapshot of three regions on a loaded machine takes over 1 s now
+# and then (two of central's 53 in one healthy stretch here, with two busy loops beside the
+# test; one more under CI's load made the p99 of a window fire RsubSnapshotsSlow): the slow
+# threshold is the bucket bound 2.5 s, so the p99 passes it only with a snapshot over 2.5 s.
 THRESHOLDS = {
     "snapshotStalledSeconds": 2,
-    "slowSnapshotSeconds": 1,
+    "slowSnapshotSeconds": 2.5,
     "originSilentSeconds": 2,
     "replayGapMessages": 60,
     "exposureMessages": 5,
@@ -99,6 +103,11 @@ DISCOVERY_INTERVAL_S = 0.5
 HEALTHY_SCRAPES = 32
 # Messages west consumes with east's sidecar stopped: more than replayGapMessages.
 BURST = 100
+# The links scenario's slow link, each way, and its snapshot timeout: a snapshot of west
+# crossing a delayed link takes several delays (1 to 5 s with 0.6 s; none completed within 6 s
+# with 1.5 s), so 1 s puts it above the slow threshold and below the timeout.
+SLOW_LINK_S = 1.0
+LINKS_TIMEOUT_S = 10.0
 
 
 def rules(helm_tool: ModuleType, regions: list[str]) -> Any:
@@ -115,13 +124,13 @@ def target(runtime: Service, pod: str) -> Target:
     return Target(f"rsub-{runtime.region}", pod, url, runtime.region)
 
 
-def sidecars(cluster: LocalSuperCluster) -> RegionSidecars:
+def sidecars(cluster: LocalSuperCluster, timeout_s: float = TIMEOUT_S) -> RegionSidecars:
     # One shard: the first replica of a region leads the stream, the others stand by.
     return RegionSidecars(
         cluster,
         streams=[STREAM],
         interval_ms=INTERVAL_MS,
-        timeout_s=TIMEOUT_S,
+        timeout_s=timeout_s,
         lease_ttl_s=LEASE_TTL_S,
         lease_shards=1,
     )
@@ -212,14 +221,19 @@ def producing(js: JetStreamContext, vs: VirtualStream) -> AbstractAsyncContextMa
 def consuming(
     js: JetStreamContext, vs: VirtualStream, region: str = "west"
 ) -> AbstractAsyncContextManager[None]:
-    """A steady consumer of the durable in `region`; each fetch is acked in full."""
+    """A steady consumer of the durable in `region`; each fetch is acked in full: an ack
+    whose confirmation times out (a loaded server) was still sent, and the rest of its fetch
+    is acked after it, not left to hold the ack floor (the mark-delete) for the ack wait."""
 
     async def consume_steadily(stop: asyncio.Event) -> None:
         sub = await js.pull_subscribe_bind(DURABLE, stream=vs.read_stream(region))
         try:
             while not stop.is_set():
+                fetched = []
                 with contextlib.suppress(*NOTHING_YET):
-                    for msg in await sub.fetch(10, timeout=0.5):
+                    fetched = await sub.fetch(10, timeout=0.5)
+                for msg in fetched:
+                    with contextlib.suppress(TimeoutError):
                         await msg.ack_sync(timeout=5)
         finally:
             await sub.unsubscribe()
@@ -232,7 +246,7 @@ async def test_alerts_of_slow_and_cut_links(
 ) -> None:
     cluster = await make_cluster(["west", "central", "east"])
     vs = VirtualStream(STREAM, tuple(cluster.regions))
-    async with sidecars(cluster) as running, clients(cluster) as nc:
+    async with sidecars(cluster, LINKS_TIMEOUT_S) as running, clients(cluster) as nc:
         js = {r: c.jetstream() for r, c in nc.items()}
         for durable in (DURABLE, EXPOSED):
             await create_durable(js["west"], vs, "west", durable)
@@ -269,16 +283,17 @@ async def test_alerts_of_slow_and_cut_links(
                     two = await recorder.wait_scrapes(6)
 
             # Slow link between west and east: each snapshot waits for delayed trips.
-            await cluster.set_link_delay("west", "east", 0.6)
+            await cluster.set_link_delay("west", "east", SLOW_LINK_S)
             duration = "rsub_snapshot_duration_seconds"
 
             def slow_ones() -> float:
-                """West's snapshots that took over 1 s so far. Counted, not told apart from a
-                count of fast ones taken earlier: the last scrape may precede a fast snapshot
-                still completing as the delay comes in (which once made this wait in vain)."""
+                """West's snapshots that took over the slow threshold (2.5 s) so far. Counted,
+                not told apart from a count of fast ones taken earlier: the last scrape may
+                precede a fast snapshot still completing as the delay comes in (which once
+                made this wait in vain)."""
                 count = recorder.value(f"{duration}_count", job="rsub-west") or 0
                 return count - (
-                    recorder.value(f"{duration}_bucket", job="rsub-west", le="1.0") or 0
+                    recorder.value(f"{duration}_bucket", job="rsub-west", le="2.5") or 0
                 )
 
             slow_before = slow_ones()
