@@ -245,14 +245,19 @@ async def _create(nc: Client, stream: str, name: str, config: dict[str, Any]) ->
     under the same name while the server leaves it unanswered, up to `_CREATE_ATTEMPTS` in
     all; raises the last attempt's error then. With action `create` the same configuration
     under the same name answers with the consumer already made (a different one would be an
-    error, "consumer already exists": never another consumer)."""
+    error, "consumer already exists": never another consumer).
+
+    The name goes in the configuration, on the subject without it (`CONSUMER.CREATE.<stream>`,
+    from which the server takes the configuration's name, as it takes the subject's from
+    `CONSUMER.CREATE.<stream>.<name>`, to the same effect): the permissions docs/security.md
+    grants (the cursor tail's `$JS.API.CONSUMER.CREATE.KV_<bucket>`) stay valid."""
     body = {"stream_name": stream, "config": config, "action": "create"}
     delay_s = _CREATE_BACKOFF_S
     attempt = 1
     while True:
         try:
             return await jsapi.request(
-                nc, f"CONSUMER.CREATE.{stream}.{name}", body, timeout_s=_REQUEST_TIMEOUT_S
+                nc, f"CONSUMER.CREATE.{stream}", body, timeout_s=_REQUEST_TIMEOUT_S
             )
         except _UNANSWERED as err:
             if attempt == _CREATE_ATTEMPTS:
