@@ -220,6 +220,13 @@ class SidecarMetrics:
             ["stream", "result"],
             registry=r,
         )
+        self._creations_asked_again = Counter(
+            "rsub_consumer_creations_asked_again_total",
+            "Creations of a tail's or a replay's consumer the server left unanswered (timed "
+            "out, no responders, JetStream unavailable) and asked again under the same name: "
+            "the region's servers are overloaded, or without a JetStream meta leader.",
+            registry=r,
+        )
         self._last_snapshot = _AgeCollector(
             "rsub_last_snapshot_age_seconds",
             "Seconds since the last snapshot completed (absent before the first one).",
@@ -402,6 +409,9 @@ class SidecarMetrics:
             self._last_discovery.touch()
         else:
             self._discovery_failures.inc()
+
+    def consumer_creation_asked_again(self) -> None:
+        self._creations_asked_again.inc()
 
     def track_readiness(self, ready: Callable[[], bool]) -> None:
         """`rsub_ready` reads `ready()` at every scrape (readiness is computed, not an event),

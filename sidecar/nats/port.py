@@ -19,7 +19,9 @@ error reply raises the matching `nats.js.errors.APIError`; no reply in time rais
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Mapping
+import contextlib
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +32,30 @@ ApiJson = dict[str, Any]
 STREAM_NOT_FOUND = 10059
 # `err_code` of a `STREAM.MSG.GET` that matched no message.
 NO_MESSAGE_FOUND = 10037
+
+# The reading task's `count` (`counting_creations_asked_again`); None: nobody counts.
+_asked_again: ContextVar[Callable[[], None] | None] = ContextVar("asked_again", default=None)
+
+
+@contextlib.contextmanager
+def counting_creations_asked_again(count: Callable[[], None]) -> Iterator[None]:
+    """Within it (in the calling task), `count` is called each time a read of the port
+    (`JetStreamPort.read`) asks again for its consumer's creation, which the server left
+    unanswered. Set per task rather than passed to `read`: the reads go through the marker
+    and origin logs, which have no use for it."""
+    token = _asked_again.set(count)
+    try:
+        yield
+    finally:
+        _asked_again.reset(token)
+
+
+def creation_asked_again() -> None:
+    """Called by a read asking again for its consumer's creation: counted by the reading
+    task's `count`, if it set one."""
+    count = _asked_again.get()
+    if count is not None:
+        count()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +160,10 @@ class JetStreamPort(Protocol):
         those stored when it is called (`live=False`), or those and every one after, until
         the read loses its place or the connection closes (`live=True`: start again from
         the last sequence taken + 1). A live read calls `opened` once the server took it
-        (its consumer created), before any message: from then on it follows the stream."""
+        (its consumer created), before any message: from then on it follows the stream. A
+        consumer creation the server leaves unanswered is asked again (under the same name:
+        never a second consumer) a few times before the read fails, each one reported by
+        `creation_asked_again`."""
         ...
 
     # ---- consumers ----------------------------------------------------------------------

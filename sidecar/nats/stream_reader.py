@@ -12,6 +12,15 @@
   control, idle heartbeats, no acks); it raises `TailGap` when a delivery is missing or the
   server went silent. Restart it from `last seq + 1` when it ends.
 
+The consumer of `tail` and `replay` is named here, not by the server, so that a creation the
+server left unanswered (timed out, no responders, JetStream unavailable: an overloaded
+server) is asked again under the same name, inbox and configuration: the server answers with
+the consumer the unanswered request made, or makes it then; never a second one, which would
+stay until its `inactive_threshold` and add to the servers' work when they can least afford
+it (docs/benchmarks.md, "Start-up"). After `_CREATE_ATTEMPTS` it gives up and deletes that
+name, best effort. Each creation asked again is logged (`consumer_creation_asked_again`) and
+reported to the reading task's count (`port.counting_creations_asked_again`).
+
 The push consumer is the fastest reader of the three: `bench/bench_tail.py`, figures in
 docs/benchmarks.md ("Reading a stored range"). With `headers_only` the server sends each
 message's headers with an empty payload, plus a `Nats-Msg-Size` header holding the
@@ -22,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,10 +40,13 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
 from nats.js import JetStreamContext, api
 from nats.js.errors import ServiceUnavailableError
+from nats.nuid import NUID
 
 from sidecar.nats import jsapi
+from sidecar.nats.port import creation_asked_again
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +68,14 @@ _TAIL_HEARTBEAT_S = 10.0
 # again: silence is noticed between one and two periods after the last message.
 _TAIL_SILENCE_S = 1.5 * _TAIL_HEARTBEAT_S
 _CONSUMER_STALLED = "Nats-Consumer-Stalled"
+# A consumer creation the server left unanswered is asked again under the same name, up to
+# this many attempts in all, after a wait of about `_CREATE_BACKOFF_S` doubled each time
+# (jittered: thousands of tails asking again at once would meet the same overload again).
+_CREATE_ATTEMPTS = 4
+_CREATE_BACKOFF_S = 0.5
+_UNANSWERED = (asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError)
+# The consumers' names: 22 characters of [0-9A-Za-z], within the server's name rules.
+_names = NUID()
 # `read_stored` with `headers_only` reads a stream holding more than this with a consumer
 # that sends headers only, not with direct gets (which send every payload): two JetStream
 # meta operations (its creation and deletion) are worth paying to keep megabytes off the wire.
@@ -62,10 +83,11 @@ DIRECT_MAX_BYTES = 8 * 1024 * 1024
 
 
 def _consumer_config(
-    filter_subject: str, inbox: str, start_seq: int, headers_only: bool
+    name: str, filter_subject: str, inbox: str, start_seq: int, headers_only: bool
 ) -> dict[str, Any]:
     """An ordered push consumer's configuration (the server's JSON: durations in ns)."""
     config: dict[str, Any] = {
+        "name": name,
         "filter_subject": filter_subject,
         "deliver_subject": inbox,
         "ack_policy": "none",
@@ -150,7 +172,7 @@ async def _ordered(
     received: asyncio.Queue[Msg | None] = asyncio.Queue()
     heard = True
     loop = asyncio.get_running_loop()
-    watchdog: asyncio.TimerHandle
+    watchdog: asyncio.TimerHandle | None = None
 
     async def deliver(msg: Msg) -> None:
         nonlocal heard
@@ -169,23 +191,25 @@ async def _ordered(
         else:
             received.put_nowait(None)
 
-    watchdog = loop.call_later(_TAIL_SILENCE_S, check_silence)
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=deliver)
-    name: str | None = None
+    name = _names.next().decode()
+    created: dict[str, Any] | None = None
     try:
-        config = _consumer_config(filter_subject, inbox, start_seq, headers_only)
-        created = await jsapi.request(
-            nc,
-            f"CONSUMER.CREATE.{stream}",
-            {"stream_name": stream, "config": config},
-            timeout_s=_REQUEST_TIMEOUT_S,
-        )
-        name = str(created["name"])
+        config = _consumer_config(name, filter_subject, inbox, start_seq, headers_only)
+        created = await _create(nc, stream, name, config)
+        # Silence counts from the creation on (asking again may take longer than a check).
+        heard = True
+        watchdog = loop.call_later(_TAIL_SILENCE_S, check_silence)
         if opened is not None:
             opened()
-        # Replaying: the messages pending at the consumer's creation are those stored then.
-        remaining = int(created.get("num_pending", 0)) if stored else -1
+        # Replaying: the messages pending at the consumer's creation are those stored then,
+        # with any it delivered before it answered (a creation asked again answers with the
+        # consumer an unanswered one made, which delivers from then on: to `received`).
+        remaining = -1
+        if stored:
+            remaining = int(created.get("num_pending", 0))
+            remaining += int(created.get("delivered", {}).get("consumer_seq", 0))
         delivered = 0
         while remaining:
             msg = await received.get()
@@ -208,14 +232,57 @@ async def _ordered(
             remaining -= 1
             yield msg
     finally:
-        watchdog.cancel()
-        with contextlib.suppress(NatsError, asyncio.TimeoutError):
+        if watchdog is not None:
+            watchdog.cancel()
+        with contextlib.suppress(NatsError):
             await sub.unsubscribe()
-            if stored and name is not None:
-                # Best effort: the consumer also expires on its own after _REPLAY_INACTIVE_S.
-                await jsapi.request(
-                    nc, f"CONSUMER.DELETE.{stream}.{name}", timeout_s=_REQUEST_TIMEOUT_S
-                )
+        if stored and created is not None:
+            await _delete(nc, stream, name)
+
+
+async def _create(nc: Client, stream: str, name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Create the consumer `name` of `stream` (its info as the server answers), asking again
+    under the same name while the server leaves it unanswered, up to `_CREATE_ATTEMPTS` in
+    all; raises the last attempt's error then. With action `create` the same configuration
+    under the same name answers with the consumer already made (a different one would be an
+    error, "consumer already exists": never another consumer).
+
+    The name goes in the configuration, on the subject without it (`CONSUMER.CREATE.<stream>`,
+    from which the server takes the configuration's name, as it takes the subject's from
+    `CONSUMER.CREATE.<stream>.<name>`, to the same effect): the permissions docs/security.md
+    grants (the cursor tail's `$JS.API.CONSUMER.CREATE.KV_<bucket>`) stay valid."""
+    body = {"stream_name": stream, "config": config, "action": "create"}
+    delay_s = _CREATE_BACKOFF_S
+    attempt = 1
+    while True:
+        try:
+            return await jsapi.request(
+                nc, f"CONSUMER.CREATE.{stream}", body, timeout_s=_REQUEST_TIMEOUT_S
+            )
+        except _UNANSWERED as err:
+            if attempt == _CREATE_ATTEMPTS:
+                await _delete(nc, stream, name)  # one of the attempts may have made it
+                raise
+            wait_s = delay_s * random.uniform(0.5, 1.0)
+            log.warning(
+                "consumer_creation_asked_again",
+                stream=stream,
+                consumer=name,
+                attempt=attempt + 1,
+                error=repr(err),
+                retry_in_s=round(wait_s, 3),
+            )
+            creation_asked_again()
+            await asyncio.sleep(wait_s)
+            delay_s *= 2
+            attempt += 1
+
+
+async def _delete(nc: Client, stream: str, name: str) -> None:
+    """Delete the consumer `name`, best effort: without its inbox it also expires on its own
+    after `_REPLAY_INACTIVE_S`."""
+    with contextlib.suppress(NatsError, asyncio.TimeoutError):
+        await jsapi.request(nc, f"CONSUMER.DELETE.{stream}.{name}", timeout_s=_REQUEST_TIMEOUT_S)
 
 
 async def read_range(

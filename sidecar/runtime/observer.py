@@ -75,6 +75,11 @@ class StreamObserver:
                 detail="no Nats-Stream-Source header naming a write stream of a known region",
             )
 
+    def consumer_creation_asked_again(self) -> None:
+        """A creation of one of the stream's tail or replay consumers asked again (logged
+        where it is asked: `consumer_creation_asked_again`): counted, for the region."""
+        self._metrics.consumer_creation_asked_again()
+
     def durables_receiving_markers(self, filters: Mapping[str, tuple[str, ...]]) -> None:
         """The replicated durables whose filter lets the markers through, with their filter
         subjects, as a positions read found them: the gauge, and a warning for each the first

@@ -24,6 +24,7 @@ from nats.errors import Error as NatsError
 from sidecar.naming import VirtualStream
 from sidecar.nats.marker_log import replay_markers, tail_markers
 from sidecar.nats.origin_log import replay_origins, tail_origins
+from sidecar.nats.port import counting_creations_asked_again
 from sidecar.protocol import Output, StoredMarker, StreamMachine
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
 from sidecar.runtime.batches import Backlog, Batches
@@ -75,14 +76,15 @@ class StreamTails:
         went when they were read, or further), then its markers."""
         port, vs, region = self._handles.port, self._vs, self._handles.region
         backlog = Backlog()
-        if self._progress:
-            async for entry in replay_origins(port, vs, region):
-                self._data_read(entry)
-                backlog.add(entry)
         markers: list[StoredMarker] = []
-        async for stored in replay_markers(port, vs.read_stream(region), vs.marker_filter()):
-            markers.append(stored)
-            self.marker_seq = stored.seq
+        with counting_creations_asked_again(self._observer.consumer_creation_asked_again):
+            if self._progress:
+                async for entry in replay_origins(port, vs, region):
+                    self._data_read(entry)
+                    backlog.add(entry)
+            async for stored in replay_markers(port, vs.read_stream(region), vs.marker_filter()):
+                markers.append(stored)
+                self.marker_seq = stored.seq
         return backlog, markers
 
     async def opened(self) -> None:
@@ -168,19 +170,22 @@ class StreamTails:
         message the one before it took (`last_seq`), once it ended or failed. Each holds one
         of the region's `tail_opens` from its start until it is open (then `opened` is set)
         or has failed, so a start of thousands of streams (or a reconnect) opens them a few
-        at a time instead of all at once."""
+        at a time instead of all at once. A tail's consumer creation the servers leave
+        unanswered is asked again under the same name within the read (the port), and counted
+        by the observer; a tail fails here once that gave up."""
         opening = self._handles.tail_opens
-        while not self._stopping:
-            await opening.acquire()
-            slot = _Slot(opening)
-            try:
-                await run(partial(_open_done, slot, opened))
-                log.warning(f"{what}_tail_ended", stream=self._vs.name, last_seq=last_seq())
-            except (TimeoutError, NatsError, OSError) as err:
-                log.warning(f"{what}_tail_failed", stream=self._vs.name, error=repr(err))
-            finally:
-                slot.release()
-            await asyncio.sleep(_TAIL_RETRY_S)
+        with counting_creations_asked_again(self._observer.consumer_creation_asked_again):
+            while not self._stopping:
+                await opening.acquire()
+                slot = _Slot(opening)
+                try:
+                    await run(partial(_open_done, slot, opened))
+                    log.warning(f"{what}_tail_ended", stream=self._vs.name, last_seq=last_seq())
+                except (TimeoutError, NatsError, OSError) as err:
+                    log.warning(f"{what}_tail_failed", stream=self._vs.name, error=repr(err))
+                finally:
+                    slot.release()
+                await asyncio.sleep(_TAIL_RETRY_S)
 
     def stop(self) -> None:
         self._stopping = True

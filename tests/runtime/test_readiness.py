@@ -136,8 +136,9 @@ async def test_not_ready_while_the_tails_cannot_open(cluster2: LocalSuperCluster
                     failed = {e["event"] for e in events if e["event"].endswith("_tail_failed")}
                     return failed == {"marker_tail_failed", "origin_tail_failed"}
 
-                # A refused request times out (5 s); each tail has failed at least once here.
-                await wait_until(tails_failed, "both tails to fail", 30)
+                # A refused request times out (5 s), and a tail fails once its consumer's
+                # creation was asked 4 times (`stream_reader._CREATE_ATTEMPTS`: about 22 s).
+                await wait_until(tails_failed, "both tails to fail", 60)
                 status, body = await readyz(http, url)
                 assert (status, body["missing"]) == (503, ["streams"])
                 assert body["streams"] == {"rebuilt": 0, "total": 1}
