@@ -64,6 +64,8 @@ class ConsumerPosition:
     num_ack_pending: int
     # The consumer's configuration as the server reports it (JSON form).
     config: Mapping[str, Any]
+    # How long its pause has left (ms) when the server reports it paused, else None.
+    paused_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,7 @@ def position_of(info: Mapping[str, Any], last_seq: int) -> ConsumerPosition:
         num_pending=pending,
         num_ack_pending=ack_pending,
         config=info.get("config") or {},
+        paused_ms=int(info.get("pause_remaining", 0)) // 1_000_000 if info.get("paused") else None,
     )
 
 

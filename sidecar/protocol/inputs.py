@@ -114,6 +114,9 @@ class PositionsListing:
     lost and taken again meanwhile); None when not known. Only a read wholly under the
     machine's own epoch shows what its consumers did: while it leads with one epoch no other
     replica of the region leads (docs/protocol.md §8)."""
+    paused: Mapping[str, int] = field(default_factory=dict)
+    """Per replicated durable paused when listed, how long its pause has left (ms): a hold of
+    the failback guard that a leader before this one left standing among them (§7)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -972,26 +972,55 @@ class StreamMachine:
         them to be silent missed returns where one resumed first). A stream whose leader
         is older is not returning, whatever region is down: a sidecar restart there holds
         nothing. Its replicated durables are then held until every other region answered a
-        catch-up request."""
+        catch-up request. When every source was heard already, the hold of a leader before
+        this one may still stand (`_adopt`)."""
         sources, leader_age_ms = listing.sources, listing.leader_age_ms
         recent = leader_age_ms is None or leader_age_ms < self.config.hold_ms
-        unheard = any(r in sources and sources[r] is None for r in self._others)
-        if not self.config.hold_ms or not recent or not unheard:
+        if not self.config.hold_ms or not recent:
             return []
         if _first_leader(leader_age_ms, listing.stream_age_ms):
             return []
-        held = sorted(
+        durables = sorted(
             name
             for name, sub in self._subs.items()
             if sub.exists and sub.info.replicated and sub.info.kind is SubscriptionKind.DURABLE
         )
-        if not held:
+        if not any(r in sources and sources[r] is None for r in self._others):
+            return self._adopt(listing, durables)
+        if not durables:
             return []
-        self._return = _Return(self._now, set(self._others), set(held))
-        out: list[Output] = [HoldConsumer(name, self.config.hold_ms) for name in held]
-        out.append(FailbackHeld(tuple(held), tuple(sorted(self._others))))
+        out: list[Output] = [HoldConsumer(name, self.config.hold_ms) for name in durables]
+        return out + self._hold(self._now, durables, adopted=False)
+
+    def _adopt(self, listing: PositionsListing, durables: list[str]) -> list[Output]:
+        """A leader that steps down holding leaves its pause standing to its deadline, and by
+        its successor's first listing every source may have been heard: that one held and
+        released nothing, and the durables stayed paused to the deadline (the shell
+        simulation, a leader stalled past its lease as sourcing resumed). The successor, in a
+        region whose stream leader is recent, takes over each replicated durable listed
+        paused for no longer than a hold: catch-up requests again, the release once every
+        other region answered, by the latest deadline at most (no new pause). Safe as the hold
+        is, since the guard only pauses and resumes. The cost: an operator's pause taken over
+        this way (a region returned within `hold_ms` and its leader changed since) is resumed
+        early, and so may be a move's pause of the leader before (`consumers.move_forward`):
+        a move unpaused can only rewind its durable, never pass unconsumed data."""
+        remaining = {
+            name: ms
+            for name in durables
+            if 0 < (ms := listing.paused.get(name, 0)) <= self.config.hold_ms
+        }
+        if not remaining:
+            return []
+        since = self._now - (self.config.hold_ms - max(remaining.values()))
+        return self._hold(since, sorted(remaining), adopted=True)
+
+    def _hold(self, since_ms: int, held: list[str], *, adopted: bool) -> list[Output]:
+        """Hold `held` from `since_ms` until every other region answered a catch-up request,
+        which goes out at the next tick: a pending attempt is not one."""
+        self._return = _Return(since_ms, set(self._others), set(held))
+        out: list[Output] = [FailbackHeld(tuple(held), tuple(sorted(self._others)), adopted)]
         attempt = self._pending
-        if attempt is not None:  # not a catch-up: one goes out at the next tick instead
+        if attempt is not None:
             self._pending = None
             out.extend(self._timed_out(attempt))
         self._next_start_ms = self._now

@@ -195,10 +195,12 @@ class LeadershipLost:
 @dataclass(frozen=True, slots=True)
 class FailbackHeld:
     """This region returned: its replicated durables are held until every other region has
-    answered a catch-up request (`waiting`), or for `hold_ms` at most."""
+    answered a catch-up request (`waiting`), or for `hold_ms` at most. `adopted`: the hold of
+    a leader before this one, still standing, taken over (no new pause)."""
 
     subscriptions: tuple[str, ...]
     waiting: tuple[str, ...]
+    adopted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

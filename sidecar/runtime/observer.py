@@ -154,6 +154,7 @@ class StreamObserver:
                     stream=name,
                     subscriptions=list(event.subscriptions),
                     waiting=list(event.waiting),
+                    adopted=event.adopted,
                 )
             case FailbackReleased():
                 metrics.failback_released(name, event.held_ms / 1000, bool(event.missing))

@@ -98,6 +98,11 @@ class LocalSubscriptions:
             self.read_ms,
             stream_age_ms=None if created is None else max(0, self.read_ms - created),
             lease_epoch=epoch,
+            paused={
+                c.name: c.paused_ms
+                for c in read.consumers
+                if c.replicated and c.paused_ms is not None
+            },
         )
         return self._last
 
@@ -117,6 +122,7 @@ class LocalSubscriptions:
             last.read_ms,
             stream_age_ms=last.stream_age_ms,
             lease_epoch=last.lease_epoch,
+            paused=last.paused,
         )
 
     def cursor_stored(self, subscription: str, value: int) -> int:

@@ -203,6 +203,24 @@ async def test_a_paused_durable_stands_over_messages_removed_after_its_floor(
     assert (position.ack_floor, position.mark_delete) == (2, 5)
 
 
+async def test_a_read_tells_how_long_a_durables_pause_has_left(
+    port: JetStreamPort, js: JetStreamContext, stream: str
+) -> None:
+    """The failback guard's successor takes over a hold left standing from it (docs/protocol.md
+    §7, `PositionsListing.paused`): the server's `pause_remaining`, in ms; None unpaused."""
+    await publish(js, stream, data=3)
+    await durable(js, stream, "held")
+    await durable(js, stream, "free")
+    await port.consumer_pause(stream, "held", 30.0, timeout_s=5)
+    positions = {c.name: c for c in (await reader_of(stream).read(port)).consumers}
+    remaining = positions["held"].paused_ms
+    assert remaining is not None and 25_000 < remaining <= 30_000
+    assert positions["free"].paused_ms is None
+    await port.consumer_pause(stream, "held", None, timeout_s=5)
+    positions = {c.name: c for c in (await reader_of(stream).read(port)).consumers}
+    assert positions["held"].paused_ms is None
+
+
 async def test_a_floor_is_scanned_once_per_filter_while_nothing_arrives(
     port: JetStreamPort, js_server: LoneServer, js: JetStreamContext, stream: str
 ) -> None:

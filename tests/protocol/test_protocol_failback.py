@@ -60,6 +60,7 @@ def listing(
     subs: Mapping[str, SubscriptionInfo] = DURABLE,
     leader_age_ms: int | None = None,
     stream_age_ms: int | None = None,
+    paused: Mapping[str, int] | None = None,
 ) -> PositionsListing:
     return PositionsListing(
         m.generation,
@@ -70,6 +71,7 @@ def listing(
         sources=sources,
         leader_age_ms=leader_age_ms,
         stream_age_ms=stream_age_ms,
+        paused=paused or {},
     )
 
 
@@ -81,11 +83,12 @@ def lead(
     subs: Mapping[str, SubscriptionInfo] = DURABLE,
     leader_age_ms: int | None = None,
     stream_age_ms: int | None = None,
+    paused: Mapping[str, int] | None = None,
 ) -> list[Output]:
     """Leadership, and the first listing a leader reads."""
     m.became_leader(1)
     assert reads(m.interval(now, 12)) == [ReadReason.LEADERSHIP]
-    return m.read_done(listing(m, position, sources, subs, leader_age_ms, stream_age_ms))
+    return m.read_done(listing(m, position, sources, subs, leader_age_ms, stream_age_ms, paused))
 
 
 def reads(outputs: Sequence[Output]) -> list[ReadReason]:
@@ -410,13 +413,67 @@ def test_an_unanswered_catch_up_request_is_asked_again_after_ten_intervals() -> 
     assert ReleaseConsumer("d") in a.read_done(listing(a, 10, {"b": 50}))
 
 
-def test_a_leader_that_steps_down_leaves_the_hold_to_its_deadline_and_its_successor() -> None:
+def test_a_leader_that_steps_down_leaves_the_hold_to_its_successor() -> None:
     a = machine("a")
     lead(a, 10, SILENT)
     a.became_follower()
     assert a.held == 0 and a.tick(1_000 + HOLD_MS) == []
     # Its successor decides from its own first listing: still silent, it holds again.
     assert HoldConsumer("d", HOLD_MS) in lead(a, 10, SILENT, now=2_000)
+
+
+def test_a_successor_that_heard_every_region_takes_over_the_hold_left_standing() -> None:
+    """The leader before stepped down holding (a lease lost to a stall) and every source
+    resumed before its successor's first listing: the durable is listed paused, 50 s left of
+    the hold. Taken over (no new pause), asked to catch up, released once b answered; before,
+    it stayed paused to the deadline (the shell simulation's stall runs)."""
+    b = machine("b")
+    (update,) = published(lead(b, 10, {"a": 100}))
+    a = machine("a")
+    out = lead(a, 10, {"b": 300}, leader_age_ms=20_000, paused={"d": 50_000})
+    assert not [o for o in out if isinstance(o, HoldConsumer)]
+    assert FailbackHeld(("d",), ("b",), adopted=True) in out
+    assert a.held == 1
+    request = catch_up_request(a.interval(1_100, 12))
+    b.marker_seen(13, request)
+    b.interval(1_200, 13)
+    (response,) = published(b.read_done(listing(b, 10, {"a": 100})))
+    markers_at(a, 11, 12, 13)
+    a.marker_seen(14, update)
+    a.marker_seen(15, response)
+    a.interval(1_300, 15)
+    out = a.read_done(listing(a, 10, {"b": 50}))  # a's durable covers what b consumed
+    assert ReleaseConsumer("d") in out
+    # Held since the earlier leader's pause: its 60 s deadline less the 50 s left.
+    assert FailbackReleased("d", 10_300, ()) in out
+    assert a.held == 0
+
+
+def test_a_hold_taken_over_ends_at_the_deadline_of_the_pause_it_found() -> None:
+    a = machine("a")
+    lead(a, 10, {"b": 300}, leader_age_ms=20_000, paused={"d": 30_000})
+    assert not [o for o in a.tick(1_000 + 30_000 - 1) if isinstance(o, ReleaseConsumer)]
+    out = a.tick(1_000 + 30_000)
+    assert ReleaseConsumer("d") in out
+    assert FailbackReleased("d", HOLD_MS, ("b",)) in out
+
+
+@pytest.mark.parametrize(
+    ("leader_age_ms", "paused", "why"),
+    [
+        (HOLD_MS, {"d": 30_000}, "the stream's leader is older than a hold: no return"),
+        (20_000, {"d": HOLD_MS + 1}, "paused longer than a hold: an operator's pause"),
+        (20_000, {}, "nothing paused: the leader before released it, or never held"),
+        (1_000, {"d": 30_000}, "a fresh stream's first leader (created 1.5 s before it)"),
+    ],
+)
+def test_no_hold_taken_over_unless_one_can_stand(
+    leader_age_ms: int, paused: Mapping[str, int], why: str
+) -> None:
+    a = machine("a")
+    out = lead(a, 10, {"b": 300}, leader_age_ms=leader_age_ms, stream_age_ms=2_500, paused=paused)
+    assert not [o for o in out if isinstance(o, FailbackHeld)], why
+    assert a.held == 0
 
 
 def test_only_a_leaders_first_listing_decides() -> None:

@@ -343,6 +343,7 @@ class SimPort:
             "num_pending": info.num_pending,
             "num_ack_pending": info.num_ack_pending,
             "paused": info.paused,
+            "pause_remaining": info.pause_remaining_ms * 1_000_000,
         }
 
 

@@ -87,6 +87,8 @@ class ConsumerInfo:
     num_pending: int
     num_ack_pending: int
     paused: bool
+    # How long the pause has left: timing, not state (left out of comparisons).
+    pause_remaining_ms: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +150,11 @@ class Consumer:
             num_pending=self.num_pending(),
             num_ack_pending=len(self._pending),
             paused=self.paused(now_ms),
+            pause_remaining_ms=(
+                self.pause_until_ms - now_ms
+                if self.pause_until_ms is not None and self.paused(now_ms)
+                else 0
+            ),
         )
 
     def num_pending(self) -> int:

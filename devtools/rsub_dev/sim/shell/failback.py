@@ -34,6 +34,7 @@ Checked as it goes (`Failback`), for each durable:
 from __future__ import annotations
 
 import asyncio
+import random
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -115,6 +116,8 @@ class Failback:
         self._caught_up_ms: int | None = None
         """When sourcing between the returned region and every other region resumed (None:
         not all of them will)."""
+        self._stalled_until_ms: int | None = None
+        """When the returned region's stalled leader woke (`ShellParams.stall`)."""
         self._listed_ms: dict[StreamMachine, int] = {}
         """Per machine, when it last applied a positions read."""
         self._local_sign_ms: dict[tuple[StreamMachine, str], int] = {}
@@ -284,6 +287,8 @@ class Failback:
             watched.start = watched.run_end = world.checks.standing(a, name)
         if not p.silent:
             self._caught_up_ms = self._back_ms + max(reconnect[r] for r in others)
+            if p.stall:
+                self._tasks.append(loop.create_task(self._stall(a, self._caught_up_ms)))
         world.note(f"{a} back (sourcing resumes after {reconnect})")
         world.stats["returns"] += 1
         world._live.add(a)
@@ -308,6 +313,23 @@ class Failback:
                 world.note(f"{sidecar.name} restarts")
                 await sidecar.stop()
                 await world._start(sidecar)
+
+    async def _stall(self, a: str, caught_up_ms: int) -> None:
+        """`ShellParams.stall`: `a`'s leader stalls past its lease as sourcing resumes."""
+        world, p = self._world, self._p
+        rng = random.Random(world.seed ^ 0x57A11)  # its own: the world's draws stay as they were
+        if await world.until(caught_up_ms + rng.randint(0, p.failback_window_ms // 2)):
+            return
+        leader = next((s for s in world.sidecars if s.region == a and world._led(a, s)), None)
+        if leader is None:
+            return
+        ms = rng.randint(p.lease_ttl_ms * 6 // 5, 2 * p.lease_ttl_ms)
+        holding = any(region == a for region, _ in self._held)
+        world.note(f"{leader.name} stalls for {ms} ms ({'holding' if holding else 'no hold'})")
+        world.stats["stalls_holding" if holding else "stalls"] += 1
+        self._stalled_until_ms = world.now_ms() + ms
+        await leader.freeze(ms)
+        world.note(f"{leader.name} wakes")
 
     def _returning_home(self, a: str) -> list[Durable]:
         """The durables first homed in `a`, whose applications consume there again."""
@@ -455,10 +477,17 @@ class Failback:
                     f"deadline of {p.hold_ms} ms"
                 )
             caught_up = self._caught_up_ms
-            if caught_up is not None and now > max(caught_up, since) + p.release_window_ms:
+            stalled = self._stalled_until_ms
+            if caught_up is None:
+                continue
+            # After a stall, a leader to lead after the stalled one: its lease lapses, the
+            # next takes it and reads its first listing (`_adopt`) within a lease of the wake.
+            led = caught_up if stalled is None else max(caught_up, stalled + p.lease_ttl_ms)
+            if now > max(led, since) + p.release_window_ms:
                 raise world.fail(
                     f"failback liveness: {name} in {region} held since {since} ms, though "
                     f"sourcing with every region resumed at {caught_up} ms"
+                    + ("" if stalled is None else f" (its leader stalled until {stalled} ms)")
                 )
 
     # ---- consumed in --------------------------------------------------------------------
@@ -585,7 +614,7 @@ class Failback:
         """Two regions consuming `durable` at once after the return: a leader leading since
         before reports each region whose application consumed data no other region had (no
         move passed it) within the window, but the last `consumed_in_bound_ms`."""
-        world, w = self._world, self._watched[durable]
+        world, w, p = self._world, self._watched[durable], self._p
         if (
             not w.both
             or not machine.is_leader
@@ -596,6 +625,10 @@ class Failback:
         since = self._leading_since.get(machine)
         bound = self.consumed_in_bound_ms
         start = max(self._caught_up_ms, w.released_ms, since or now) + bound
+        if self._stalled_until_ms is not None:
+            # The returned region's stalled leader reports nothing, nor does its successor
+            # before it leads (a lease after the wake at most).
+            start = max(start, self._stalled_until_ms + p.lease_ttl_ms + bound)
         window = machine.config.active_window_ms
         for r in w.both:
             times = w.first[r]

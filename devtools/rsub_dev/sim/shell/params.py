@@ -119,6 +119,11 @@ class ShellParams:
     hold ends at its deadline (`hold_ms`)."""
     hold_ms: int = 120_000
     """The failback guard's deadline (`MachineConfig.hold_ms`)."""
+    stall: bool = False
+    """With a return (not `silent`): as sourcing with every other region resumes (and up to
+    half a `failback_window_ms` later), the returned region's leading replica stalls for 1.2
+    to 2 leases (`Sidecar.freeze`: a GC pause, a loaded machine), its lease lost while the
+    guard's hold stands; another replica, or itself once awake, leads after it."""
     slow: float = 0.0
     """Of the application's fetches: the fraction where one worker is slow with one of the
     messages (it signals `+WPI`, work in progress) while the others are acked, and finishes
@@ -214,12 +219,21 @@ class ShellParams:
             )
         if self.silent and (self.regions != 3 or not self.failback_ms):
             raise ValueError("a silent region needs 3 regions and a return")
+        if self.stall and (self.silent or not self.failback_ms):
+            raise ValueError("a stall of the returned region's leader needs a return, not silent")
         if self.slow and self.failback_ms:
             raise ValueError("slow workers need no return")
         if self.hold_ms == MOVE_PAUSE_MS:
             raise ValueError(f"hold_ms must differ from a move's pause ({MOVE_PAUSE_MS} ms)")
         if self.durables < 1:
             raise ValueError(f"a run needs a durable, got durables={self.durables}")
+
+    @classmethod
+    def drawn(cls, seed: int, *, stalls: bool = True) -> ShellParams:
+        """The parameters `run_shell` draws for `seed` (`stalls=False`: as drawn before runs
+        with a stall were, for seeds pinned before)."""
+        rng = random.Random(seed ^ 0x5E11)
+        return cls.draw(rng).with_failback(rng, stalls=stalls)
 
     @classmethod
     def draw(cls, rng: random.Random) -> ShellParams:
@@ -254,17 +268,23 @@ class ShellParams:
             return self
         return dataclasses.replace(self, outage_ms=rng.randint(2_000, 5_000))
 
-    def with_failback(self, rng: random.Random, chance: float = 1 / 3) -> ShellParams:
+    def with_failback(
+        self, rng: random.Random, chance: float = 1 / 3, *, stalls: bool = True
+    ) -> ShellParams:
         """`chance` of the runs with a failover (a third) get the lost region back 1.5 to 3 s later
         (without users' resets and deletions), the run long enough for sourcing to resume and
         the hold to end (`run_shell` draws it after `draw`, so the kinds of runs built on
-        `draw` stay as they were)."""
+        `draw` stay as they were); with `stalls`, a third of those not `silent` with a stall
+        (`with_stall`)."""
         if not self.failover_ms or rng.random() >= chance:
             return self
         back = self.failover_ms + rng.randint(1_500, 3_000)
         reconnect = self.lease_ttl_ms + rng.randint(1_500, 3_000)
         silent = self.regions == 3 and rng.random() < 0.25
-        return dataclasses.replace(
+        # From a generator of its own seeded by where `rng` stands: the runs drawn before it
+        # stay as they were.
+        stall = stalls and random.Random(f"stall {rng.getstate()}").random() < 1 / 3
+        returned = dataclasses.replace(
             self,
             failback_ms=back,
             reconnect_ms=reconnect,
@@ -276,6 +296,14 @@ class ShellParams:
             resets=False,
             deletions=False,
         )
+        return returned.with_stall() if stall and not silent else returned
+
+    def with_stall(self) -> ShellParams:
+        """`stall`, the run longer by where it may fall (up to half a window after sourcing
+        resumed), its length (two leases at most), a lease for the next leader to take over
+        and a window for it to release."""
+        stalled_ms = self.failback_window_ms // 2 + 3 * self.lease_ttl_ms + self.failback_window_ms
+        return dataclasses.replace(self, stall=True, run_ms=self.run_ms + stalled_ms)
 
     def silent_hold_ms(self, reconnect_ms: int) -> int:
         """A deadline for runs with a silent region: past the last link's reconnection and

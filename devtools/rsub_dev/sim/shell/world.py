@@ -456,7 +456,4 @@ class ShellWorld(LoopWorld[ShellParams]):
 
 
 def run_shell(seed: int, params: ShellParams | None = None, **kwargs: Any) -> ShellResult:
-    if params is None:
-        rng = random.Random(seed ^ 0x5E11)
-        params = ShellParams.draw(rng).with_failback(rng)
-    return ShellWorld(seed, params, **kwargs).run()
+    return ShellWorld(seed, params or ShellParams.drawn(seed), **kwargs).run()
