@@ -49,6 +49,8 @@ class CheckedPort(SimPort):
         """The running incarnation's checks (`Sidecar.start`)."""
         self.machine: Callable[[], StreamMachine | None] = lambda: None
         """The running incarnation's machine (`Sidecar.start`)."""
+        self.resets_out = 0
+        """Consumer resets sent and not landed yet."""
 
     async def publish(self, stream: str, subject: str, data: bytes, msg_id: str) -> Published:
         """A marker, checked as it goes out (fencing) and as it lands: a completed snapshot
@@ -87,7 +89,11 @@ class CheckedPort(SimPort):
             self.checks.resetting(self._region, name, seq)
             return self._consumer_json(self._net.js.consumer_reset(stream, name, seq))
 
-        reply = await self._net.call(land)
+        self.resets_out += 1
+        try:
+            reply = await self._net.call(land)
+        finally:
+            self.resets_out -= 1
         self.checks.moved(self._region, name, seq, "reset")
         return reply
 
