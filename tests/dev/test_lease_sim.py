@@ -25,6 +25,17 @@ def test_the_real_lease_keeps_every_property() -> None:
         assert result.stats["rounds"] > 0 and result.stats["acquired"] > 0
 
 
+def test_soak_seed_657560350538_a_renewal_in_flight_past_its_validity_still_holds() -> None:
+    """Found by `make soak SECONDS=300` on 2026-11-28: two replicas, a 3 s ttl, one-way
+    delays up to 750 ms. r1 led from 61,116 ms and renewed about every 1.5 s; at the check 3
+    ttls after healing (69,000 ms) its validity (0.8 ttl from its last renewal's send) had run
+    out 37 ms before, its next renewal in flight, whose reply would make it lead again under
+    the same epoch: round trips over 0.4 ttl, which the draw allows, leave such gaps. A
+    checker fault: "no replica holds the lease" now waits a round trip for the holder."""
+    result = run_leases(657560350538)
+    assert result.violation is None, result.report()
+
+
 def test_same_seed_same_run() -> None:
     first, second = run_leases(7), run_leases(7)
     assert first.trace == second.trace and first.stats == second.stats
