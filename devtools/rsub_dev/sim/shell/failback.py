@@ -327,8 +327,7 @@ class Failback:
         # over the next leader's moves (JetStream's reset takes no fencing token: seed 13's
         # limit, docs/simulation.md, pinned by its own tests). No reset starts during it:
         # each first reads the consumer, which waits for the wake, and checks the lease.
-        while leader.port.resets_out:
-            await asyncio.sleep(0.001)
+        await leader.port.no_reset_out()
         ms = rng.randint(p.lease_ttl_ms * 6 // 5, 2 * p.lease_ttl_ms)
         holding = any(region == a for region, _ in self._held)
         world.note(f"{leader.name} stalls for {ms} ms ({'holding' if holding else 'no hold'})")

@@ -49,8 +49,9 @@ class CheckedPort(SimPort):
         """The running incarnation's checks (`Sidecar.start`)."""
         self.machine: Callable[[], StreamMachine | None] = lambda: None
         """The running incarnation's machine (`Sidecar.start`)."""
-        self.resets_out = 0
-        """Consumer resets sent and not landed yet."""
+        self._resets_out = 0
+        self._no_reset_out = asyncio.Event()
+        self._no_reset_out.set()
 
     async def publish(self, stream: str, subject: str, data: bytes, msg_id: str) -> Published:
         """A marker, checked as it goes out (fencing) and as it lands: a completed snapshot
@@ -89,13 +90,22 @@ class CheckedPort(SimPort):
             self.checks.resetting(self._region, name, seq)
             return self._consumer_json(self._net.js.consumer_reset(stream, name, seq))
 
-        self.resets_out += 1
+        self._resets_out += 1
+        self._no_reset_out.clear()
         try:
             reply = await self._net.call(land)
         finally:
-            self.resets_out -= 1
+            self._resets_out -= 1
+            if not self._resets_out:
+                self._no_reset_out.set()
         self.checks.moved(self._region, name, seq, "reset")
         return reply
+
+    async def no_reset_out(self) -> None:
+        """Until no consumer reset it sent is still on its way (returns without yielding
+        once none is, so its caller acts before another can go out)."""
+        while self._resets_out:
+            await self._no_reset_out.wait()
 
     async def consumer_list(self, stream: str, offset: int, *, timeout_s: float) -> ApiJson:
         """A listing of the consumers, noting how current it is as it lands (`Replica`)."""
