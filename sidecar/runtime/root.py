@@ -305,16 +305,17 @@ class Runtime:
             log.error("tasks_not_stopping", tasks=sorted(t.get_name() for t in pending))
         self._tasks.clear()
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
-        async def guarded() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("task_failed", task=name)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run `coro` in a task the stop cancels; a failure is logged (`task_failed`). The
+        task runs `coro` itself: a wrapper cancelled before its first step never awaited
+        it ("coroutine ... was never awaited" at a stop right after a stream's start)."""
 
-        task = asyncio.create_task(guarded(), name=f"rsub-{name}")
+        def ended(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                log.error("task_failed", task=name, exc_info=error)
+
+        task = asyncio.create_task(coro, name=f"rsub-{name}")
+        task.add_done_callback(ended)
         self._tasks.append(task)
         return task
 
