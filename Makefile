@@ -16,17 +16,17 @@ PROMTOOL_STAMP := $(TOOLS)/prometheus/.installed-$(PROMETHEUS_DEB)
 PYTEST_ARGS ?=
 # pytest-xdist workers of `make test` (tests/support/work_units.py: one work unit per test file,
 # the Spark session's files together, longest first). PYTEST_ARGS=-n0 runs it in one process.
-# Three: four finish sooner on two cores (the real-server files wait more than they compute),
-# but under that load the failback scenario's hold outlasted its test once (docs/benchmarks.md,
-# "The test suite"): back to three until that is understood.
-WORKERS ?= 3
+# Four: the real-server files wait more than they compute, so a fourth worker fills the two
+# cores (docs/benchmarks.md, "The test suite"). The failback scenario's hold that once outlasted
+# its test under that load is mended (a successor takes over a hold left standing).
+WORKERS ?= 4
 
 .PHONY: help venv lock java image-tools image image-test floors demo demo-spark test check lint lint-python proto proto-check proto-lint proto-format proto-release chart-check chart-readme config-schema promtool alerts-check unit soak sim-variants chaos fuzz bench clean
 
 help:
 	@echo "make demo   - set up and run the local multi-region demo"
 	@echo "make demo-spark - the example Spark pipeline through a regional failover"
-	@echo "make test   - set up, lint and run the whole test suite (WORKERS=3 in parallel)"
+	@echo "make test   - set up, lint and run the whole test suite (WORKERS=4 in parallel)"
 	@echo "make check  - the quick tier: lint the Python, the pure tests, a short simulation"
 	@echo "make proto  - regenerate Python code from protos/"
 	@echo "make proto-format - format protos/ with buf"
