@@ -5,7 +5,8 @@
 
 Per stream count, one world: two regions, one sidecar each, `--streams` virtual streams with
 10 replicated durables each in the first region (never consumed), the sidecar's default
-settings (1 s interval) and `rsub run`'s GC settings. After the bring-up, before each mode,
+settings (1 s interval) and `rsub run`'s GC settings (`--gc`: other thresholds, or `off`: the
+collector disabled in the measured windows, to compare side by side what it costs). After the bring-up, before each mode,
 a warm-up of `--warmup` simulated seconds and then until no positions read has waited in
 either sidecar's queue for a whole interval (at most `--drain-limit` more; the loaded
 mode's first data makes every stream read its positions once, which takes 16 readers
@@ -177,10 +178,19 @@ async def _producer(world: ScaleWorld) -> None:
 
 
 def measure(
-    streams: int, seconds: float, warmup: float, drain_limit: float
+    streams: int, seconds: float, warmup: float, drain_limit: float, *, collect: bool = True
 ) -> dict[str, tuple[Window, Window]]:
-    """Per mode (idle, loaded): its unprofiled and its profiled window."""
+    """Per mode (idle, loaded): its unprofiled and its profiled window (`collect=False`: the
+    collector disabled in the windows, enabled again between them)."""
     windows: dict[str, tuple[Window, Window]] = {}
+
+    async def window(world: ScaleWorld, profiled: bool) -> Window:
+        if not collect:
+            gc.disable()
+        try:
+            return await _window(world, seconds, profiled)
+        finally:
+            gc.enable()
 
     async def phases(world: ScaleWorld) -> None:
         gc.freeze()  # what the bring-up built, as `rsub run` does once ready
@@ -189,16 +199,10 @@ def measure(
             file=sys.stderr,
         )
         await _warm_up(world, warmup, drain_limit, "idle")
-        windows["idle"] = (
-            await _window(world, seconds, False),
-            await _window(world, seconds, True),
-        )
+        windows["idle"] = (await window(world, False), await window(world, True))
         producer = asyncio.create_task(_producer(world))
         await _warm_up(world, warmup, drain_limit, "loaded")
-        windows["loaded"] = (
-            await _window(world, seconds, False),
-            await _window(world, seconds, True),
-        )
+        windows["loaded"] = (await window(world, False), await window(world, True))
         producer.cancel()
 
     started = time.perf_counter()
@@ -215,12 +219,24 @@ def main() -> None:
         "--drain-limit", type=float, default=60.0, help="simulated, the most waited for reads"
     )
     parser.add_argument("--profile-top", type=int, default=0)
+    parser.add_argument(
+        "--gc",
+        default=",".join(map(str, _GC_THRESHOLDS)),
+        help="the collector's thresholds (default: rsub run's), or 'off' in the windows",
+    )
     args = parser.parse_args()
+    collect = args.gc != "off"
+    thresholds = _GC_THRESHOLDS if not collect else tuple(int(t) for t in args.gc.split(","))
+    if len(thresholds) != 3:
+        parser.error(f"--gc takes three thresholds or 'off', got {args.gc!r}")
     # The product logs as `rsub run` does (JSON, info), to nowhere, with its GC settings.
-    gc.set_threshold(*_GC_THRESHOLDS)
+    gc.set_threshold(*thresholds)
+    print(f"collector: {'off in the windows' if not collect else thresholds}", file=sys.stderr)
     configure_logging("json", "info", stream=open(os.devnull, "w"))  # noqa: SIM115
     counts = [int(n) for n in args.streams.split(",")]
-    results = {n: measure(n, args.seconds, args.warmup, args.drain_limit) for n in counts}
+    results = {
+        n: measure(n, args.seconds, args.warmup, args.drain_limit, collect=collect) for n in counts
+    }
     us = 1e6 / args.seconds
     print(
         f"CPU per stream per simulated second (us), {args.seconds:g} simulated s per window; "
