@@ -37,6 +37,7 @@ from rsub_dev.workload import (
     quiet_connect,
     wait_settled,
 )
+from sidecar.api.service import Service
 from sidecar.naming import VirtualStream
 from sidecar.nats import jsapi
 from sidecar.runtime import Runtime
@@ -71,6 +72,10 @@ class FailbackRun:
     lease_ttl_s: float = 3.0
     drain_timeout_s: float = 120.0
     """How long, after `after_s`, the application in `home` may take to consume the rest."""
+    restart_holding: bool = False
+    """`home`'s sidecar is stopped once its hold is seen, and started again once `home`'s
+    read stream heard from every other region: the next one finds the hold standing and
+    nothing unheard (docs/protocol.md §7, "A hold left standing")."""
 
     @property
     def guard(self) -> bool:
@@ -191,6 +196,24 @@ class _HoldWatch:
             await asyncio.sleep(_POLL_S)
 
 
+async def _restart_holding(
+    sidecars: RegionSidecars, home: str, hold: _HoldWatch, watch: _SourcesWatch
+) -> Service:
+    """`FailbackRun.restart_holding`: the sidecar that holds stopped, started again once
+    every source was heard; the one started."""
+
+    async def held() -> bool:
+        return hold.held_s is not None
+
+    async def heard() -> bool:
+        return None not in watch.heard.values()
+
+    await wait_until(held, f"the hold of {DURABLE} in {home}", _STEP_TIMEOUT_S)
+    await sidecars.stop(home)
+    await wait_until(heard, f"{home}'s read stream hearing every region", _STEP_TIMEOUT_S)
+    return await sidecars.start(home)
+
+
 async def failback(
     cluster: LocalSuperCluster,
     run: FailbackRun,
@@ -266,6 +289,8 @@ async def failback(
             try:
                 runtime = await sidecar
                 sidecar_ready_s = time.monotonic() - restarted
+                if run.restart_holding:
+                    runtime = await _restart_holding(sidecars, home, hold, watch)
                 while time.monotonic() - restarted < run.after_s:
                     show(work.status(f"{home} back, consuming in {home}"))
                     await asyncio.sleep(0.5)
