@@ -37,6 +37,7 @@ import cProfile
 import gc
 import os
 import pstats
+import resource
 import sys
 import time
 from collections import defaultdict
@@ -257,6 +258,10 @@ def main() -> None:
                 f"{per * shares['bench']:>6.1f} {plain.snapshots / args.seconds:>12.1f} "
                 f"{args.seconds / plain.wall_s:>13.2f}"
             )
+    # The process's peak resident size: the largest world's, with whatever the collector
+    # left uncollected (`--gc`).
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak resident size {peak_mib:.0f} MiB")
     if args.profile_top:
         for n, modes in results.items():
             for mode, (plain, profiled) in modes.items():

@@ -31,8 +31,9 @@ from sidecar.nats.connection import NatsRefused
 log = structlog.get_logger(__name__)
 
 # Collections of the youngest generation every this many allocations (not 700), and of the
-# older ones more rarely: what survives is mostly long-lived.
-_GC_THRESHOLDS = (10_000, 20, 20)
+# older ones more rarely: what survives is mostly long-lived, and no cyclic garbage was found
+# (docs/benchmarks.md, "Many streams": the collector's passes grew with the heap).
+_GC_THRESHOLDS = (50_000, 50, 50)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
