@@ -38,7 +38,7 @@ from sidecar.protocol import (
 )
 from sidecar.protocol.machine import _Attempt, _Sub
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
-from sidecar.runtime import tails
+from sidecar.runtime import positions, tails
 from sidecar.runtime.driver import StreamDriver
 from tests.protocol.broken_machines import (
     AcceptsStaleEpochs,
@@ -590,21 +590,58 @@ def test_soak_seed_366258223627_a_reset_under_way_through_a_pause_never_rewinds(
     assert result.violation is None, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="a product bug: a purge inside a positions read is a sign")
 def test_soak_seed_874624534575_a_purge_during_a_positions_read_is_no_consumption() -> None:
     """Found by `make soak SECONDS=300` (seed 874624534575, as it draws it, after 151 runs)
-    on 2026-11-28 at 93cd2df, not triaged to the end: two regions, one replica each; the
-    operator purged r1's read stream at 1,535 ms (1..100 removed, 13 kept), and r1's positions
-    read that completed at 1,552 ms took `app`'s floor, moved by the purge, for its consumers'
-    (the sign of consumption in r1), none consumed there since its read at 1,370 ms. The
-    likely cause: a positions read takes the stream's first sequence from its `STREAM.INFO`,
-    which comes before the consumer listing (sidecar/nats/consumers.py), so a purge between
-    the two moves floors past a first sequence the read does not know yet, and the machine's
-    rule (`_consumed_here`: a floor up to the first stored message minus one is no
-    consumption) lets it through. To fix next (a sign that needs deliveries since the read
-    before, or the first sequence confirmed by the read after), with a broken variant."""
+    on 2026-11-28 at 93cd2df: two regions, one replica each, a read stream without limits.
+    r1's positions read sent its `STREAM.INFO` at 1,511 ms (first sequence 1), listed its
+    consumers (`app` at 93, its leader's reset to 94), and the operator purged r1's read
+    stream at 1,535 ms (1..100 removed, 13 kept) while the read scanned past the floor:
+    the scan found the next message at 102 and put `app` at 101, over removed messages
+    only. The read listed the first sequence it began with, and the machine's rule (no
+    position at or below the first sequence less one is consumption) let the floor the
+    purge moved through: r1's consumers' sign at 1,552 ms, none consumed there since its
+    read at 1,370 ms. Only a stream with limits had its first sequence read again after
+    its consumers (seed 871902492834), and not after the cursors. Fixed: every positions
+    read asks for the first sequence after everything its positions come from
+    (`LocalSubscriptions.read`, one more `STREAM.INFO` per read of a stream without
+    limits). The run changed with that request and meets no purge during a read any more;
+    the runtime as it was is caught at this seed (`first_seq_read_with_the_last`)."""
     result = run_shell(874624534575)
     assert result.violation is None, result.report()
+
+
+@pytest.fixture
+def first_seq_read_with_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A positions read as it was before seed 874624534575 for a read stream without limits:
+    it lists the first sequence its `STREAM.INFO` read with the last, before the consumers
+    were listed and scanned, and asks for none after them (the same requests, so the same
+    run as `make soak` drew)."""
+    began: dict[tuple[int, str], int] = {}
+    scan = EffectivePositions.read
+
+    async def noted(
+        self: EffectivePositions,
+        port: JetStreamPort,
+        floors: Mapping[str, Floor],
+        last_seq: int,
+        *first_seq: int,
+    ) -> dict[str, int]:
+        if first_seq:  # the durables' scan, given what the read began with (not the cursors')
+            began[(id(port), self._stream)] = first_seq[0]
+        return await scan(self, port, floors, last_seq, *first_seq)
+
+    async def as_it_began(port: JetStreamPort, stream: str, **_: float) -> int:
+        return began[(id(port), stream)]
+
+    monkeypatch.setattr(EffectivePositions, "read", noted)
+    monkeypatch.setattr(positions, "stream_first_seq", as_it_began)
+
+
+@pytest.mark.usefixtures("first_seq_read_with_the_last")
+def test_the_simulation_catches_a_purge_during_a_positions_read_taken_for_consumption() -> None:
+    result = run_shell(874624534575)
+    assert result.violation is not None, result.report()
+    assert result.violation.startswith("consumed in:"), result.report()
 
 
 def test_seed_846308147041_with_a_timeout_that_fits_completes_snapshots_after_healing() -> None:
