@@ -717,9 +717,14 @@ def test_seed_13_a_reset_under_way_through_a_pause_never_rewinds_the_new_leaders
     once it wakes); r2-1-1 took the stream over at 4851 ms and reset the copy to 91 at
     5056 ms; r2-2 woke at 5117 ms and its reset landed: the copy that had delivered to 90
     went back to 43 (`rewound`). The lease check right before the reset (seed 18's fix)
-    cannot cover a pause after it: JetStream's reset takes no fencing token."""
-    params = dataclasses.replace(_frozen(13), twins=0.2811671738563811)
-    result = run_shell(13, params)
+    cannot cover a pause after it: JetStream's reset takes no fencing token.
+    With one more request per positions read (seed 874624534575) the run changed and meets
+    the limit no more; seed 70 of `_frozen` with the same twins does (the first of seeds 0
+    to 142 so): r1-0-1, leader of r1, sent the reset of `app` to 72 at 2,643 ms and froze
+    at 2,655 ms for 1,712 ms; r1-1-1 took the stream over at 4,069 ms and moved `app` to
+    230; r1-0 woke at 4,367 ms and its reset landed over a copy that had delivered to 229."""
+    params = dataclasses.replace(_frozen(70), twins=0.2811671738563811)
+    result = run_shell(70, params)
     assert result.violation is None, result.report()
 
 
