@@ -608,6 +608,33 @@ def test_soak_seed_161639543428_a_leader_woken_after_its_lease_takes_no_false_si
     assert broken.violation is not None and "consumed in:" in broken.violation, broken.report()
 
 
+class KeepsUnsentSigns(StreamMachine):
+    """Keeps a consumption sign it has not sent when it stops leading, to send with its
+    first update of a later term (`became_follower` before seed 31 below)."""
+
+    def became_follower(self) -> list[Output]:
+        unsent = [sub for sub in self._subs.values() if sub.consumed_unsent]
+        out = super().became_follower()
+        for sub in unsent:
+            sub.consumed_unsent = True
+        return out
+
+
+def test_seed_31_of_161639543428s_parameters_a_sign_goes_out_only_in_the_term_that_took_it() -> (
+    None
+):
+    """Found re-running `SEED_161639543428`'s parameters over seeds 0 to 288 (four failed:
+    31, 37, 64, 243): r1's leader took its consumers' sign, froze before its next update,
+    lost its lease and led again, and its first update of the new term carried that sign,
+    4 s old ("consumed in"). A product bug: `became_follower` kept the unsent sign. It now
+    drops it; a later term takes its signs from its own baseline (docs/protocol.md §8).
+    `KeepsUnsentSigns`, the old rule, is caught here."""
+    result = run_shell(31, SEED_161639543428)
+    assert result.violation is None, result.report()
+    broken = run_shell(31, SEED_161639543428, machine_factory=KeepsUnsentSigns)
+    assert broken.violation is not None and "consumed in:" in broken.violation, broken.report()
+
+
 @pytest.fixture
 def removals_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
     """The effective positions as they were: a scan that found the next message keeps it,
