@@ -304,6 +304,10 @@ class Failback:
         self._tasks.append(loop.create_task(self._producing(a, max(reconnect.values()))))
         for sidecar in world._sidecars:
             if sidecar.region == a:
+                # The failover's stop of a replica frozen then ends only at its wake (its
+                # tasks' cancellation waits on its frozen requests): waited for, not run
+                # beside (seed 2 with seed 9746887200's parameters: "started while it runs").
+                await sidecar.stop()
                 await world._start(sidecar)
         # A healthy region's sidecars restart meanwhile: they hold nothing, and rebuilt from
         # their read stream report no region consuming that stopped long ago.
