@@ -864,3 +864,16 @@ def test_soak_seed_820359220701_a_catch_up_asked_again_is_within_the_window() ->
     assert params.write_max_age_ms == 1041 and params.failback_ms == 7917
     result = run_shell(820359220701, params)
     assert result.violation is None, result.report()
+
+
+def test_soak_seed_215106356017_a_read_taken_in_before_a_freeze_dates_from_its_end() -> None:
+    """Found by `make soak` (`--seconds 300`, seed 215106356017, as it draws it) at the end
+    of this round: two regions, one replica each, freezes. r0-0's read of `app` ended at
+    6,159 ms (at 180); it froze at 6,164 ms for 5,257 ms and took that read in at its wake
+    (11,421 ms); the next read, at 11,454 ms (not under its epoch: no sign from positions),
+    brought the acks heard meanwhile (r0's application acked up to 265 by 10,057 ms) and
+    took their sign. A true sign; the check dated the previous read by when the machine
+    took it in and saw no consumption since. A checker gap, fixed: a read dates from its
+    end (`PositionsListing.read_ms`)."""
+    result = run_shell(215106356017)
+    assert result.violation is None, result.report()
