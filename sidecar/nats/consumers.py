@@ -14,6 +14,9 @@
   returned as unknown, with no position. The replicated durables whose filter lets the
   stream's markers through (`lets_through`: no filter, or one like `>` that overlaps the
   marker filter) are named in `receiving_markers`: their clients receive the markers.
+  The stream's first sequence, below which a floor moves by itself (limits, purges), is
+  not part of it: it must be read after every position taken from the read
+  (`stream_first_seq`, `LocalSubscriptions.read`).
 - `move_forward()` resets a durable so its ack floor becomes `p` (forward only, clamped to
   the stream's end) with `$JS.API.CONSUMER.RESET` (server 2.14+), holding the consumer
   paused (`CONSUMER.PAUSE`) between its last check and the reset; never when only messages
@@ -91,17 +94,8 @@ class Positions:
     sources: Mapping[str, int | None] = field(default_factory=dict)
     # When the stream's current leader was elected (Unix ms; None when not reported).
     leader_since_ms: int | None = None
-    # The stream's first sequence, read with `last_seq` (0: not reported).
-    first_seq: int = 0
     # When the stream was created (Unix ms; None when not reported).
     created_ms: int | None = None
-
-
-def _removes_by_itself(config: Mapping[str, Any]) -> bool:
-    """Whether a stream's limits (age, count, size) remove its messages as it goes."""
-    return bool(config.get("max_age")) or any(
-        int(config.get(key) or -1) > 0 for key in ("max_msgs", "max_bytes", "max_msgs_per_subject")
-    )
 
 
 def leader_since_ms(info: Mapping[str, Any]) -> int | None:
@@ -144,6 +138,14 @@ async def stream_last_seq(
 ) -> int:
     info = await port.stream_info(stream, timeout_s=timeout_s)
     return int(info["state"]["last_seq"])
+
+
+async def stream_first_seq(
+    port: JetStreamPort, stream: str, *, timeout_s: float = _DEFAULT_TIMEOUT_S
+) -> int:
+    """The stream's first sequence (`STREAM.INFO`; 0: not reported)."""
+    info = await port.stream_info(stream, timeout_s=timeout_s)
+    return int(info["state"].get("first_seq", 0))
 
 
 def is_replicated(config: Mapping[str, Any]) -> bool:
@@ -270,15 +272,6 @@ class PositionReader:
         consumers = [
             replace(c, mark_delete=effective.get(c.name, c.mark_delete)) for c in consumers
         ]
-        first_seq = int(stream_info["state"].get("first_seq", 0))
-        if _removes_by_itself(stream_info.get("config") or {}):
-            # Its limits remove messages while the consumers are listed, and their floors
-            # follow: the first sequence, below which nothing counts as consumed, is read
-            # after them, or a floor moved by a removal looks like consumption (the shell
-            # simulation's seed 28 of the returning region with read limits). A stream
-            # without limits pays no second request.
-            again = await port.stream_info(self._stream, timeout_s=self._timeout)
-            first_seq = int(again["state"].get("first_seq", first_seq))
         receiving = {
             c.name: filters
             for c in consumers
@@ -293,7 +286,6 @@ class PositionReader:
             receiving,
             sources_heard(stream_info),
             leader_since_ms(stream_info),
-            first_seq,
             created_ms(stream_info),
         )
 
@@ -327,11 +319,6 @@ class MoveOutcome:
     removed what lay before it (a purge, limits), which moves every floor. A reset's reply
     puts the floor at the reset's start less one, whatever the stream removed (nats-server
     2.15.1): after a reset it is the one read before."""
-
-
-async def _first_seq(port: JetStreamPort, stream: str, timeout_s: float) -> int:
-    """The stream's first sequence (`STREAM.INFO`)."""
-    return int((await port.stream_info(stream, timeout_s=timeout_s))["state"].get("first_seq", 0))
 
 
 async def _clamped_start(
@@ -390,7 +377,9 @@ async def move_forward(
         if not await _worth_a_reset(port, stream, durable, info, start, timeout_s):
             # Its floor as read again: a purge since the first look may have moved it (the
             # shell simulation's seed 21), which the first sequence read after tells.
-            return MoveOutcome(False, before, before, await _first_seq(port, stream, timeout_s))
+            return MoveOutcome(
+                False, before, before, await stream_first_seq(port, stream, timeout_s=timeout_s)
+            )
         # Fencing: a move is several requests, and a replica stalled between them (a GC
         # pause, a frozen VM) may wake deposed while the new leader has moved the durable
         # further: its reset would rewind that move (simulation seeds 18 and 813830425096).

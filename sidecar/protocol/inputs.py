@@ -97,8 +97,9 @@ class PositionsListing:
     """How long ago the read stream's current leader was elected (`cluster.leader_since`),
     None when the server does not say."""
     first_seq: int = 0
-    """The read stream's first sequence, read with `last_seq` (0: not known): below it the
-    stream removed its messages (limits, purges), and a durable's floor follows by itself."""
+    """The read stream's first sequence, read after every position listed (0: not known):
+    below it the stream removed its messages (limits, purges), and a durable's floor follows
+    by itself (docs/protocol.md §8)."""
     read_ms: int = 0
     """When the read ended, on the machine's clock (0: not known)."""
     acked: Mapping[str, Acks] = field(default_factory=dict)

@@ -485,13 +485,19 @@ class StreamMachine:
 
     def became_follower(self) -> list[Output]:
         """A hold in progress is left to its deadline (`HoldConsumer.hold_ms`): the leader
-        after this one decides from its own first listing."""
+        after this one decides from its own first listing. A consumption sign not yet sent
+        is dropped: it goes out only in the term that took it, a later term taking its
+        signs from its own baseline (shell simulation, seed 31 of `make soak` seed
+        161639543428's parameters: a leader froze before its next update, lost its lease,
+        led again and sent the 4 s old sign)."""
         self._leader = False
         self._pending = None
         self._first_listing = False
         self._baseline_held = False
         self._return = None
         self._owed.clear()
+        for sub in self._subs.values():
+            sub.consumed_unsent = False
         return []
 
     def marker_rejected(self, read_seq: int, rejected: Rejected) -> list[Output]:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 
 from sidecar.naming import VirtualStream
 from sidecar.nats import consumers
+from sidecar.nats.consumers import stream_first_seq
 from sidecar.nats.cursors import CursorStore
 from sidecar.nats.effective import EffectivePositions, Floor
 from sidecar.nats.port import JetStreamPort
@@ -59,6 +60,19 @@ class LocalSubscriptions:
         cursors = await self._cursor_positions.read(
             port, {name: self._floor(value) for name, value in self.cursors.items()}, read.last_seq
         )
+        # Safety (docs/protocol.md §8, `PositionsListing.first_seq`): the machine takes no
+        # position at or below the first sequence less one for consumption, as the stream's
+        # removals move floors there by themselves (its age, count and size limits and purges
+        # remove from its start). So the first sequence is read after every observation a
+        # position comes from: the consumer listing (floors a removal moved), the scans past
+        # the floors and cursors (`first_delivered` answers the next message still stored,
+        # so a scan runs over removed ones) and the cursors' values. Each of their replies
+        # came before this request went out, so every removal one of them shows was applied
+        # before the stream answers it, and a stream's first sequence never goes back: what
+        # they passed that was removed lies below it. Read with `last_seq`, before the
+        # listing, it missed a purge during the read, and the floor the purge moved was taken
+        # for the consumers' (`make soak` seed 874624534575).
+        first_seq = await stream_first_seq(port, read.stream)
         # A durable listed without its state stays as last read, with no position: dropped,
         # the machine would take it for deleted and forget what it holds for it.
         kept = {name: self.durables[name] for name in read.unknown if name in self.durables}
@@ -94,7 +108,7 @@ class LocalSubscriptions:
             follows_end,
             sources,
             None if since is None else max(0, self.read_ms - since),
-            read.first_seq,
+            first_seq,
             self.read_ms,
             stream_age_ms=None if created is None else max(0, self.read_ms - created),
             lease_epoch=epoch,

@@ -38,7 +38,7 @@ from sidecar.protocol import (
 )
 from sidecar.protocol.machine import _Attempt, _Sub
 from sidecar.protocol.origins import UNKNOWN_ORIGIN, DataEntry
-from sidecar.runtime import tails
+from sidecar.runtime import positions, tails
 from sidecar.runtime.driver import StreamDriver
 from tests.protocol.broken_machines import (
     AcceptsStaleEpochs,
@@ -432,7 +432,11 @@ class TakesPurgedFloorsForConsumption(StreamMachine):
         return super().action_done(action, mark_delete, done_ms, lease_epoch=lease_epoch)
 
 
-@pytest.mark.parametrize("seed", [21, 1067974121501])
+# Seeds 21 and 1067974121501 caught it until the positions read asked for one more
+# `STREAM.INFO` (seed 874624534575): their runs changed and have no purge now. The first two
+# of `run_shell`'s own draws with purges that catch it since (of seeds 0 to 409: 174, 247,
+# 267, 319).
+@pytest.mark.parametrize("seed", [174, 247])
 def test_the_simulation_catches_a_purged_floor_taken_for_consumption(seed: int) -> None:
     result = run_shell(seed, machine_factory=TakesPurgedFloorsForConsumption)
     assert result.violation is not None and result.violation.startswith("consumed in:")
@@ -446,7 +450,9 @@ def test_seed_21_a_purge_before_a_moves_outcome_gives_no_sign() -> None:
     that for its consumers' sign: its first sequence was still the previous read's (1).
     The class of tests/dev/test_shell_failback.py's accepted seed 776237995758 (a purge
     during a read), through a move's outcome. Fixed: `move_forward` reads the stream's
-    first sequence after the outcome, and `action_done` counts nothing at or below it."""
+    first sequence after the outcome, and `action_done` counts nothing at or below it.
+    With one more request per positions read (seed 874624534575) the run changed and has no
+    purge now; the old machine is caught at seeds 174 and 247 instead."""
     result = run_shell(21)
     assert result.violation is None, result.report()
 
@@ -456,7 +462,8 @@ def test_soak_seed_1067974121501_a_purge_before_a_moves_look_gives_no_sign() -> 
     of `app-1` (homed in r1, consumed there) to 490; an operator purged r0's read stream (1
     to 561) right before the move's look at the copy, which found its floor at 561 (the
     purge moved it), left it alone and read it back there: taken for r0's consumers' sign.
-    Seed 21's class; the first sequence, read after that look, now tells it."""
+    Seed 21's class; the first sequence, read after that look, now tells it. With one more
+    request per positions read (seed 874624534575) the run changed and has no purge now."""
     rng = random.Random(1067974121501 ^ 0x5E11)
     params = ShellParams.draw(rng).with_failback(rng)
     assert params.purges and params.failback_ms == 7502
@@ -506,8 +513,15 @@ def test_soak_seed_702622929322_a_woken_replica_takes_no_move_for_consumption() 
     in": none consumed there since 1,125 ms).
     A product bug, fixed: a sign needs a read (or a move and its read back) made wholly
     under the machine's epoch, as the lease said at its start and end, measured from one
-    that was too (docs/protocol.md §8). `IgnoresTheLease`, the old rule, is caught here.
-    The runtime tells the reads apart: every leader's read carries its epoch but that one."""
+    that was too (docs/protocol.md §8). `IgnoresTheLease`, the old rule, was caught here.
+    With one more request per positions read (seed 874624534575) the run changed and has no
+    such read any more; seed 196 of `run_shell`'s own draws has one: two regions, three
+    replicas each, a 3 s lease, tails lagging up to 100 ms. r1-2-2 led r1 (epoch 38) and
+    froze at 5,122 ms for 4,465 ms; r1-1-1 took the stream over at 8,093 ms (epoch 66) and
+    reset `app` from 951 to 1,170; r1-2 woke at 9,587 ms and its read took those resets for
+    r1's consumers' sign under `IgnoresTheLease` (at 9,596 ms, none consumed there since
+    5,073 ms). The runtime tells the reads apart: every leader's read carries its epoch but
+    that one."""
     reads: Counter[bool] = Counter()
 
     class CountsHeldReads(StreamMachine):
@@ -516,12 +530,12 @@ def test_soak_seed_702622929322_a_woken_replica_takes_no_move_for_consumption() 
                 reads[listing.lease_epoch == self.epoch] += 1
             return super().positions_listed(listing)
 
-    result = run_shell(702622929322, machine_factory=CountsHeldReads)
+    result = run_shell(196, machine_factory=CountsHeldReads)
     assert result.violation is None, result.report()
     assert reads[False] == 1 and reads[True] > 10, reads
-    broken = run_shell(702622929322, machine_factory=IgnoresTheLease)
+    broken = run_shell(196, machine_factory=IgnoresTheLease)
     assert broken.violation is not None, broken.report()
-    assert broken.violation.startswith("consumed in: r2's machine took its consumers' sign")
+    assert broken.violation.startswith("consumed in: r1's machine took its consumers' sign")
 
 
 def test_soak_seed_276089432657_a_durable_its_new_home_cannot_know_is_no_loss() -> None:
@@ -536,9 +550,15 @@ def test_soak_seed_276089432657_a_durable_its_new_home_cannot_know_is_no_loss() 
     a loss. A gap of the check, and a stated limit (docs/protocol.md §6, limits; the
     failover runbook's step 2: create it from the start): the check excuses a durable absent
     from its new home only when no replica leading there knows it or was ever fed an update
-    naming it, and no marker naming it is left in the read stream."""
+    naming it, and no marker naming it is left in the read stream.
+    With one more request per positions read (seed 874624534575) the run changed: it still
+    passes, but no failover is forgotten in it any more, nor in seeds 0 to 999 with its
+    parameters. Until a run that forgets one is re-picked, the excuse goes unexercised and
+    this test says so (an xfail at that point)."""
     result = run_shell(276089432657)
     assert result.violation is None, result.report()
+    if not result.stats.get("failovers_forgotten"):
+        pytest.xfail("no failover forgotten since seed 874624534575's added request: to re-pick")
     assert result.stats["failovers_forgotten"] == 1
 
 
@@ -585,26 +605,73 @@ def test_soak_seed_366258223627_a_reset_under_way_through_a_pause_never_rewinds(
     at 2,923 ms; its process froze at 2,924 ms for 2,519 ms with the request in its client;
     r0-2-1 took the stream over at 5,274 ms and moved `app-2` to 304; r0-1 woke at 5,443 ms
     and its reset landed: the copy that had delivered to 303 went back to 148 (`rewound`).
-    A lease check before the reset cannot cover a pause after it."""
-    result = run_shell(366258223627)
+    A lease check before the reset cannot cover a pause after it.
+    With one more request per positions read (seed 874624534575) the run changed and meets
+    the limit no more; seed 24 with the same parameters does: r1-0-1, leader of r1, sent the
+    reset of `app` to 272 at 4,739 ms and froze at 4,741 ms for 3,730 ms; r1-2-1 took the
+    stream over at 7,421 ms and moved `app` to 471; r1-0 woke at 8,471 ms and its reset
+    landed over a copy that had delivered to 470."""
+    rng = random.Random(366258223627 ^ 0x5E11)
+    params = ShellParams.draw(rng).with_failback(rng)
+    result = run_shell(24, params)
     assert result.violation is None, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="a product bug: a purge inside a positions read is a sign")
 def test_soak_seed_874624534575_a_purge_during_a_positions_read_is_no_consumption() -> None:
     """Found by `make soak SECONDS=300` (seed 874624534575, as it draws it, after 151 runs)
-    on 2026-11-28 at 93cd2df, not triaged to the end: two regions, one replica each; the
-    operator purged r1's read stream at 1,535 ms (1..100 removed, 13 kept), and r1's positions
-    read that completed at 1,552 ms took `app`'s floor, moved by the purge, for its consumers'
-    (the sign of consumption in r1), none consumed there since its read at 1,370 ms. The
-    likely cause: a positions read takes the stream's first sequence from its `STREAM.INFO`,
-    which comes before the consumer listing (sidecar/nats/consumers.py), so a purge between
-    the two moves floors past a first sequence the read does not know yet, and the machine's
-    rule (`_consumed_here`: a floor up to the first stored message minus one is no
-    consumption) lets it through. To fix next (a sign that needs deliveries since the read
-    before, or the first sequence confirmed by the read after), with a broken variant."""
+    on 2026-11-28 at 93cd2df: two regions, one replica each, a read stream without limits.
+    r1's positions read sent its `STREAM.INFO` at 1,511 ms (first sequence 1), listed its
+    consumers (`app` at 93, its leader's reset to 94), and the operator purged r1's read
+    stream at 1,535 ms (1..100 removed, 13 kept) while the read scanned past the floor:
+    the scan found the next message at 102 and put `app` at 101, over removed messages
+    only. The read listed the first sequence it began with, and the machine's rule (no
+    position at or below the first sequence less one is consumption) let the floor the
+    purge moved through: r1's consumers' sign at 1,552 ms, none consumed there since its
+    read at 1,370 ms. Only a stream with limits had its first sequence read again after
+    its consumers (seed 871902492834), and not after the cursors. Fixed: every positions
+    read asks for the first sequence after everything its positions come from
+    (`LocalSubscriptions.read`, one more `STREAM.INFO` per read of a stream without
+    limits). The run changed with that request and meets no purge during a read any more;
+    the runtime as it was is caught at this seed (`first_seq_read_with_the_last`)."""
     result = run_shell(874624534575)
     assert result.violation is None, result.report()
+
+
+@pytest.fixture
+def first_seq_read_with_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A positions read as it was before seed 874624534575 for a read stream without limits:
+    it lists the first sequence its `STREAM.INFO` read with the last, before the consumers
+    were listed and scanned, and asks for none after them (the same requests, so the same
+    run as `make soak` drew)."""
+    began: dict[tuple[int, str], int] = {}
+    scan = EffectivePositions.read
+
+    async def noted(
+        self: EffectivePositions,
+        port: JetStreamPort,
+        floors: Mapping[str, Floor],
+        last_seq: int,
+        *first_seq: int,
+    ) -> dict[str, int]:
+        if first_seq:  # the durables' scan, given what the read began with (not the cursors')
+            began[(id(port), self._stream)] = first_seq[0]
+        return await scan(self, port, floors, last_seq, *first_seq)
+
+    async def as_it_began(port: JetStreamPort, stream: str, **_: float) -> int:
+        return began[(id(port), stream)]
+
+    monkeypatch.setattr(EffectivePositions, "read", noted)
+    monkeypatch.setattr(positions, "stream_first_seq", as_it_began)
+
+
+@pytest.mark.usefixtures("first_seq_read_with_the_last")
+def test_the_simulation_catches_a_purge_during_a_positions_read_taken_for_consumption() -> None:
+    """At the seed that found it, and in runs aimed at purges (where the runtime as it was
+    failed 3 of seeds 0 to 149 so, 17 the first; the runtime that ships fails none that way)."""
+    result = run_shell(874624534575)
+    assert result.violation is not None, result.report()
+    assert result.violation.startswith("consumed in:"), result.report()
+    caught("first_seq_read_with_the_last", _edge(purges=True), CHECKER_BUDGET, "consumed in:")
 
 
 def test_seed_846308147041_with_a_timeout_that_fits_completes_snapshots_after_healing() -> None:
@@ -656,15 +723,23 @@ def test_seed_13_a_reset_under_way_through_a_pause_never_rewinds_the_new_leaders
     once it wakes); r2-1-1 took the stream over at 4851 ms and reset the copy to 91 at
     5056 ms; r2-2 woke at 5117 ms and its reset landed: the copy that had delivered to 90
     went back to 43 (`rewound`). The lease check right before the reset (seed 18's fix)
-    cannot cover a pause after it: JetStream's reset takes no fencing token."""
-    params = dataclasses.replace(_frozen(13), twins=0.2811671738563811)
-    result = run_shell(13, params)
+    cannot cover a pause after it: JetStream's reset takes no fencing token.
+    With one more request per positions read (seed 874624534575) the run changed and meets
+    the limit no more; seed 70 of `_frozen` with the same twins does (the first of seeds 0
+    to 142 so): r1-0-1, leader of r1, sent the reset of `app` to 72 at 2,643 ms and froze
+    at 2,655 ms for 1,712 ms; r1-1-1 took the stream over at 4,069 ms and moved `app` to
+    230; r1-0 woke at 4,367 ms and its reset landed over a copy that had delivered to 229."""
+    params = dataclasses.replace(_frozen(70), twins=0.2811671738563811)
+    result = run_shell(70, params)
     assert result.violation is None, result.report()
 
 
 @pytest.mark.usefixtures("rechecks_only_behind")
 def test_the_simulation_catches_the_recheck_under_the_pause_left_out() -> None:
-    result = run_shell(866299904591, _as_found(866299904591))
+    """Caught at seed 866299904591 (as found) until the positions read asked for one more
+    `STREAM.INFO` (seed 874624534575), which changed that run; since, at seed 1054 of
+    `run_shell`'s own draws (none of seeds 0 to 171, the first of 1000 to 1080)."""
+    result = run_shell(1054)
     assert result.violation is not None and result.violation.startswith("over markers alone:")
 
 
@@ -710,7 +785,9 @@ def test_every_kind_of_chaos_really_happens() -> None:
     keep every property, and summed over them each kind of chaos, edge and protocol step
     really happened (returns and holds: tests/dev/test_shell_failback.py's `_passes`)."""
     totals: Counter[str] = Counter()
-    runs = [(s, _everything(s)) for s in (0, 1, 3, 5, 6)]
+    # Seed 7 since the positions read asks for one more `STREAM.INFO` (seed 874624534575):
+    # the runs of the others changed, and none froze a replica any more.
+    runs = [(s, _everything(s)) for s in (0, 1, 3, 5, 6, 7)]
     runs.append((2, _outages(2)))
     for seed, params in runs:
         result = run_shell(seed, params)

@@ -406,3 +406,18 @@ def test_a_moves_outcome_read_back_after_the_lease_lapsed_is_no_sign() -> None:
     (move,) = [o for o in read(m, 8, 3_000) if isinstance(o, MoveConsumer)]
     m.action_done(move, 10, done_ms=3_100, lease_epoch=1)
     assert consumed_in(m) == ("a",)
+
+
+def test_a_sign_not_sent_before_stepping_down_is_not_sent_in_the_next_term() -> None:
+    """A leader took a sign, lost its lease before its next update went out and led again:
+    the sign is dropped with the term that took it (shell simulation, seed 31 of `make soak`
+    seed 161639543428's parameters: sent 4 s old after a freeze). The new term's first read
+    is its baseline, so its first update says nothing of consumption."""
+    m = machine()
+    (update,) = updates(read(m, 4, 3_000))
+    assert update.consuming
+    assert updates(read(m, 6, 3_100)) == []  # a sign taken, the vector not due yet
+    m.became_follower()
+    m.became_leader(2)
+    (update,) = updates(read(m, 6, 8_000))
+    assert update.progress == {"a": 6} and not update.consuming

@@ -141,12 +141,17 @@ class ShellParams:
         the other region's leader reads it and its positions (a tail, an interval), publishes
         its update and answer, they cross back, the returned region reads them and its
         positions (a tail, an interval), moves the durable and reads again (an interval
-        each) and releases it (requests delayed), and slack."""
+        each) and releases it (requests delayed), and slack. Of the requests, eight delays
+        (`max_delay_ms`, each way of a request) are the four positions reads on that path
+        asking the read stream's first sequence after their positions, one `STREAM.INFO`
+        more each than before seed 874624534575's fix (`LocalSubscriptions.read`): seed 4
+        with seed 9746887200's parameters, a last release 287 ms past the window as it
+        was (requests delayed up to 40 ms), passes with them."""
         return (
             5 * self.interval_ms
             + 2 * self.link_delay_ms
             + 2 * self.tail_lag_ms
-            + 40 * self.max_delay_ms
+            + (40 + 8) * self.max_delay_ms
             + 1_000
         )
 
