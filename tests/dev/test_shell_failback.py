@@ -879,22 +879,20 @@ def test_soak_seed_215106356017_a_read_taken_in_before_a_freeze_dates_from_its_e
     assert result.violation is None, result.report()
 
 
-@pytest.mark.xfail(strict=True, reason="passes a message its home never had, before a gap shows")
-def test_soak_seed_1075514836159_a_message_expired_before_it_left_its_region_is_not_passed() -> (
-    None
-):
-    """Found by `make soak SECONDS=300` on 2026-11-28 at c373a72, after 219 runs, and failing
-    the same at 896d900 (before this session's changes): three regions, three durables (app-2
-    homed in r2), r0 lost at 6 s and back at 8,696 ms, write streams limited by age (2,344 ms).
-    r0's own message (r0, 380), stored in r0's read stream at 1,128, expired from r0's write
+def test_soak_seed_1075514836159_a_message_that_never_left_its_region_may_be_passed() -> None:
+    """Found by `make soak SECONDS=300` on 2026-11-28 at c373a72, after 219 runs, failing
+    the same at 896d900: three regions, three durables (app-2 homed in r2), r0 lost at 6 s
+    and back at 8,696 ms, write streams limited by age (2,344 ms). r0's own message (r0,
+    380), stored in r0's read stream at 1,128 just before the loss, expired from r0's write
     stream before any link carried it: it never reaches r1 or r2. At 13,873 ms r0's leader
-    reset its copy of app-2 to 1,251, over it (moved over unconsumed data). Not triaged to the
-    end: most likely an update's snapshot (PIP-33: r0's position mapped to r2's) passed it,
-    as a snapshot maps positions, not origins, and a message that never left its region
-    breaks the inline order it rests on. The world's excuse for such a message
-    (`Excuses._never_reached`) holds only once the durable passed the gap where the message
-    never arrived (a later r0 message landed in r2), and none had yet. To decide: the
-    product's rule (a snapshot's move passing data no progress vector covers) or the
-    excuse's timing, then a broken variant either way."""
+    reset its copy of app-2 to 1,251, over it, by an update's snapshot (no vector covered
+    it: nothing of r0 after it had reached r1 or r2): a snapshot maps positions, and the
+    inline order it rests on does not hold for a message that expired before it left its
+    region. The world's excuse for a message that never reached a region (`Excuses.
+    _never_reached`) held only once the durable there passed the gap, which had not formed
+    yet. A checker fault, as docs/protocol.md §6 has it: such a message is delivered by no
+    region but its own, whose copy of the durable the home's updates move; the excuse now
+    also covers a message that never left its region, before any gap shows."""
     result = run_shell(1075514836159)
     assert result.violation is None, result.report()
+    assert result.stats["excused_unreached"] > 0
