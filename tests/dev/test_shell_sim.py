@@ -1341,3 +1341,16 @@ def test_the_healed_end_catches_a_machine_that_stops_making_progress(
     machine: type[StreamMachine], symptom: str
 ) -> None:
     caught(machine.__name__, _healed, CHECKER_BUDGET, symptom, machine_factory=machine)
+
+
+@pytest.mark.timeout(60)
+def test_soak_seed_108632163667_a_freeze_cut_short_by_the_healed_end_wakes_its_sidecar() -> None:
+    """Found by `make soak SECONDS=300` on 2026-11-28 (at f02fda8): the run never ended (an
+    hour of virtual time after its 22.6 s, leases renewing). r0-0 froze at 5,262 ms for
+    5,978 ms; r0 was lost at 6 s, its sidecar's stop waiting for the frozen requests; the
+    healed end cancelled the chaos at 9 s, inside the freeze's sleep, so the sidecar never
+    woke and the failover's stop never returned. A bug of the world: a freeze now always
+    wakes its sidecar, cut short or not."""
+    result = run_shell(108632163667)
+    assert result.violation is None, result.report()
+    assert result.stats["heals"] == 1

@@ -266,8 +266,12 @@ class Sidecar(SimSidecar):
         """A pause of the whole process (`ProcessNet`) for `ms`: it keeps its state and wakes
         with it, its lease possibly lost and taken over meanwhile (a zombie until it learns)."""
         self.port.net.awake.clear()
-        await asyncio.sleep(ms / 1000)
-        self.port.net.awake.set()
+        try:
+            await asyncio.sleep(ms / 1000)
+        finally:
+            # Also when the freeze is cut short (the healed end cancels the chaos): left
+            # frozen, its stop would wait for its requests forever (soak seed 108632163667).
+            self.port.net.awake.set()
 
 
 def settings(p: ShellParams, region: str, regions: tuple[str, ...]) -> Config:
