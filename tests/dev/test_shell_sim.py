@@ -1354,3 +1354,17 @@ def test_soak_seed_108632163667_a_freeze_cut_short_by_the_healed_end_wakes_its_s
     result = run_shell(108632163667)
     assert result.violation is None, result.report()
     assert result.stats["heals"] == 1
+
+
+def test_soak_seed_479096479710_a_purge_before_a_reset_lands_rewinds_nothing() -> None:
+    """Found by `make soak SECONDS=300` on 2026-11-28 (at ce3d468; the helper of seed
+    874624534575's fix had seen the same class in 3 of 150 purge runs, before and after it):
+    the operator purged r1's read stream (1..108 removed) between r1's move's last check of
+    `app` and its reset to 50; the purge had moved the consumer to 108, and the check took
+    the reset for a rewind (and then for a reset over markers alone). Nothing still stored
+    lay between 50 and 108, so nothing could be delivered again. A checker fault: a rewind
+    counts only over messages still stored, and a reset landing past removed messages only
+    is counted apart (`resets_after_removals`)."""
+    result = run_shell(479096479710)
+    assert result.violation is None, result.report()
+    assert result.stats["resets_after_removals"] == 1
