@@ -896,3 +896,15 @@ def test_soak_seed_1075514836159_a_message_that_never_left_its_region_may_be_pas
     result = run_shell(1075514836159)
     assert result.violation is None, result.report()
     assert result.stats["excused_unreached"] > 0
+
+
+def test_soak_seed_69154255959_a_move_after_an_uncovered_message_waits_out_a_stall() -> None:
+    """Found by `make soak SECONDS=300` on 2026-11-28 (at fa8df7c): a stall run (three
+    replicas), the hold released at 15,566 ms, r0's leader stalled from 15,828 ms for 4.6 s
+    with no hold; r0's application was delivered a covered message at 16,793 ms after one
+    consumed nowhere, and the move over that covered run waited for a read of a leader, which
+    the stall delayed past the check's three intervals. A checker fault: that allowance now
+    grows by a stall that ended after the uncovered message (and a lease)."""
+    result = run_shell(69154255959)
+    assert result.violation is None, result.report()
+    assert result.stats["stalls"] == 1
