@@ -484,8 +484,9 @@ class StreamMachine:
         return out
 
     def became_follower(self) -> list[Output]:
-        """A hold in progress is left to its deadline (`HoldConsumer.hold_ms`): the leader
-        after this one decides from its own first listing. A consumption sign not yet sent
+        """A hold in progress is left standing (its pause lapses at `HoldConsumer.hold_ms`):
+        the leader after this one decides from its own first listing, and takes over a pause
+        it finds standing (`_adopt`). A consumption sign not yet sent
         is dropped: it goes out only in the term that took it, a later term taking its
         signs from its own baseline (shell simulation, seed 31 of `make soak` seed
         161639543428's parameters: a leader froze before its next update, lost its lease,
