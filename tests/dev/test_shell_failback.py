@@ -916,8 +916,8 @@ def test_soak_seed_240138225341_the_hold_ends_within_the_window() -> None:
     regions, three replicas, three durables, purges, both regions consuming after a quiet
     return; r0 held `app` from 13,525 ms and had not released it within the window after
     sourcing with every region resumed (15,380 ms). It passes at 896d900 (before the day's
-    changes) and fails the same with the takeover removed, so most likely the positions
-    read's extra request (seed 874624534575's fix) moved this run past a window that counts
-    requests. Not triaged: the cause, then the fix or the window's bound."""
+    changes) and fails the same with the takeover removed, so it came with the positions
+    read's extra request (seed 874624534575's fix); not a few ms past the 4,590 ms window:
+    none of the three held durables had been released. Not triaged: the cause, then the fix."""
     result = run_shell(240138225341)
     assert result.violation is None, result.report()
